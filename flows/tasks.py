@@ -1,0 +1,68 @@
+"""Prefect tasks: each wraps one step of ``pipeline.steps`` and carries its retry policy.
+
+Retries where a retry can help (storage I/O); none where it cannot (bad input,
+a model that fails validation). ``cache_policy=NONE``: results are committed to
+storage by the steps themselves, and settings must never be hashed or recorded.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from pipeline import steps
+from pipeline.models import get_spec, resolve_model as _resolve_model
+from pipeline.runs import write_run
+
+STORAGE_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 2, 4]}
+
+
+@task(cache_policy=NONE)
+def resolve_model(name: str):
+    """Resolve a model name, directory or hub id to local weights with their fingerprint."""
+    return _resolve_model(get_spec(name))
+
+
+@task(cache_policy=NONE)
+def load_probes(settings, spec: str):
+    """Load, validate and store one probe set."""
+    return steps.load_and_store_probes(settings, spec)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def register_run(settings, run):
+    """Write the run's record (status running, then the final status)."""
+    from pipeline.store import open_store
+
+    write_run(open_store(settings), run)
+    return run.run_id
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def plan_shards(settings, ps, model: str, release: str, resolved, limit):
+    """Split a probe set into shards and drop the committed ones."""
+    return steps.plan_shards(settings, ps, model, release, resolved, limit)
+
+
+@task(cache_policy=NONE, retries=1, retry_delay_seconds=2)
+def embed_shard(settings, resolved, model: str, release: str, shard, run_id: str):
+    """Embed one shard on a worker and stage its Parquet part."""
+    return steps.embed_shard(settings, resolved, model, release, shard, run_id)
+
+
+@task(cache_policy=NONE)
+def validate_and_commit(settings, part, shard, template, run_id: str):
+    """Validate a staged part, then commit it (manifest written last) or quarantine it."""
+    return steps.validate_and_commit(settings, part, shard, template, run_id)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def write_token_norms(settings, resolved, model: str, release: str):
+    """Store the norms of the model's input token-embedding table once per release."""
+    return steps.write_token_norms(settings, resolved, model, release)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def run_analyses(settings, model: str, release: str, run_id: str):
+    """Run the SQL analyses over committed data and store the results."""
+    return steps.run_analyses(settings, model, release, run_id)

@@ -1,0 +1,110 @@
+"""DuckDB catalog: views over committed data only, and a read-only query gate.
+
+Views are rebuilt from storage each time a catalog is opened: ``embeddings``
+lists exactly the parts named in committed manifests, so a staged,
+quarantined or half-written part can never be read.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from pipeline.store import Store
+
+# Column types of each view, used for an empty view when nothing is stored yet.
+SCHEMAS: dict[str, dict[str, str]] = {
+    "probe_items": {
+        "probe_set": "VARCHAR", "item_id": "VARCHAR", "text": "VARCHAR",
+        "kind": "VARCHAR", "lang": "VARCHAR", "source": "VARCHAR",
+    },
+    "probe_properties": {"probe_set": "VARCHAR", "item_id": "VARCHAR", "property": "VARCHAR", "value": "DOUBLE"},
+    "probe_relations": {
+        "probe_set": "VARCHAR", "left_id": "VARCHAR", "right_id": "VARCHAR", "relation": "VARCHAR", "value": "DOUBLE",
+    },
+    "embeddings": {
+        "model": "VARCHAR", "release": "VARCHAR", "probe_set": "VARCHAR", "item_id": "VARCHAR",
+        "norm": "DOUBLE", "vector": "FLOAT[]", "n_tokens": "INTEGER", "truncated": "BOOLEAN",
+    },
+    "token_norms": {"model": "VARCHAR", "release": "VARCHAR", "token_id": "BIGINT", "token": "VARCHAR", "norm": "DOUBLE"},
+    "runs": {
+        "run_id": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR", "fingerprint": "VARCHAR",
+        "probe_set": "VARCHAR", "params": "VARCHAR", "code_version": "VARCHAR", "started_at": "TIMESTAMP",
+        "finished_at": "TIMESTAMP", "timings": "VARCHAR", "status": "VARCHAR", "message": "VARCHAR",
+    },
+    "results": {
+        "run_id": "VARCHAR", "analysis": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR",
+        "probe_set": "VARCHAR", "property": "VARCHAR", "statistic": "VARCHAR", "value": "DOUBLE",
+        "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n": "BIGINT",
+    },
+}
+
+# Where each view's files live (glob relative to the root); embeddings come from manifests instead.
+GLOBS = {
+    "probe_items": "probes/*/items.parquet",
+    "probe_properties": "probes/*/properties.parquet",
+    "probe_relations": "probes/*/relations.parquet",
+    "token_norms": "token_norms/*/*/part-*.parquet",
+    "runs": "runs/*.parquet",
+    "results": "results/*/*.parquet",
+}
+
+ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
+
+
+class ReadOnlyError(PermissionError):
+    """A statement that would write, change the schema or reach outside the catalog."""
+
+
+def _empty_view(name: str) -> str:
+    cols = ", ".join(f"null::{t} as {c}" for c, t in SCHEMAS[name].items())
+    return f"create or replace view {name} as select {cols} where false"
+
+
+def _file_view(con: duckdb.DuckDBPyConnection, name: str, urls: list[str]) -> None:
+    if not urls:
+        con.execute(_empty_view(name))
+        return
+    cols = ", ".join(f"{c}::{t} as {c}" for c, t in SCHEMAS[name].items())
+    files = "[" + ", ".join("'" + u.replace("'", "''") + "'" for u in urls) + "]"
+    # view DDL cannot take bound parameters; the paths come from our own listing, quoted above
+    con.execute(
+        f"create or replace view {name} as select {cols} from read_parquet({files}, union_by_name = true)"
+    )
+
+
+def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per table of DESIGN.md's data model."""
+    con = con or duckdb.connect(":memory:")
+    if not store.is_local:
+        con.register_filesystem(store.fs)
+    for name, pattern in GLOBS.items():
+        _file_view(con, name, [store.url(p) for p in store.glob(pattern)])
+    _file_view(con, "embeddings", store.committed_part_urls())
+    return con
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Refuse anything but SELECT/EXPLAIN: no writes, DDL, COPY, ATTACH, SET or PRAGMA."""
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise ValueError(f"cannot parse the query: {exc}") from exc
+    if not statements:
+        raise ValueError("the query is empty; give one SELECT statement")
+    for st in statements:
+        kind = st.type.name
+        if kind not in ALLOWED_STATEMENTS:
+            raise ReadOnlyError(
+                f"refused: `normaudit sql` is read-only and this is a {kind} statement "
+                f"({str(st.query).strip()[:60]!r}). Only SELECT (and EXPLAIN) run here; "
+                "to change stored data, run an audit."
+            )
+
+
+def run_read_only(store: Store, query: str):
+    """Open the catalog, check ``query`` is read-only, run it; returns a DuckDB relation."""
+    con = open_catalog(store)
+    check_read_only(con, query)
+    # Once the views exist nothing else needs configuring: lock it so SET cannot reopen access.
+    con.execute("set lock_configuration = true")
+    return con.sql(query)

@@ -1,0 +1,181 @@
+"""The ``normaudit`` command line (typer). Heavy imports stay inside commands so `sql` starts fast."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True)
+probes_app = typer.Typer(help="Probe sets: build, list.", no_args_is_help=True)
+app.add_typer(probes_app, name="probes")
+
+RootOpt = Annotated[str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")]
+EndpointOpt = Annotated[
+    str | None, typer.Option("--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")
+]
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def audit(
+    model: Annotated[str, typer.Option(help="registry name (e.g. minilm-l6), a model directory, or hf:ORG/NAME[@REV]")],
+    probes: Annotated[list[str], typer.Option(help="probe set name or probe file; repeat for several")],
+    release: Annotated[str | None, typer.Option(help="release label (default: first 12 hex of the fingerprint)")] = None,
+    root: RootOpt = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="first N items of each probe set, stable order")] = None,
+    dask_address: Annotated[str | None, typer.Option(help="Dask scheduler address (default: local processes)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="local Dask worker processes")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or mps")] = None,
+    vector_dtype: Annotated[str | None, typer.Option(help="stored vector dtype: float32 or float16")] = None,
+    s3_endpoint_url: EndpointOpt = None,
+) -> None:
+    """Embed probe sets with a model, store raw vectors and norms, and run the analyses."""
+    from pydantic import ValidationError
+
+    from pipeline.settings import load_settings
+
+    overrides = {
+        "root": root, "dask_address": dask_address, "n_workers": workers, "device": device,
+        "vector_dtype": vector_dtype, "s3_endpoint_url": s3_endpoint_url,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        settings = load_settings(**overrides)
+    except ValidationError as exc:
+        _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+    overrides["root"] = settings.root
+    from flows.audit import run_audit
+
+    try:
+        summary = run_audit(settings, model, probes, release=release, limit=limit, overrides=overrides)
+    except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as exc:
+        _fail(str(exc))
+    _print_summary(summary)
+
+
+def _print_summary(summary) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for ps, n in summary.embedded_items.items():
+        skipped = summary.skipped_shards.get(ps, 0)
+        if n == 0:
+            console.print(f"[bold]{ps}[/]: nothing to embed: all {skipped} shards were already committed")
+        else:
+            console.print(f"[bold]{ps}[/]: embedded {n} items ({skipped} shards already committed)")
+    res = summary.results
+    table = Table(title=f"norm_vs_property — {summary.model} @ {summary.release}")
+    for col in ("probe_set", "property", "statistic", "value", "n"):
+        table.add_column(col, justify="right" if col in ("value", "n") else "left")
+    if res is not None and res.height:
+        for row in res.iter_rows(named=True):
+            value = "—" if row["value"] is None else f"{row['value']:+.4f}"
+            table.add_row(row["probe_set"], row["property"], row["statistic"], value, str(row["n"]))
+    console.print(table)
+    console.print(f"run {summary.run_id}; fingerprint {summary.fingerprint[:16]}…")
+    console.print(f"data: {summary.root}")
+    console.print(f'query it: normaudit sql --root {summary.root} "select * from results"')
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="one read-only SELECT statement")],
+    root: RootOpt = None,
+    format: Annotated[OutputFormat, typer.Option("--format", help="table, csv, json or parquet")] = OutputFormat.table,
+    output: Annotated[Path | None, typer.Option(help="write to this file (required for parquet)")] = None,
+    s3_endpoint_url: EndpointOpt = None,
+) -> None:
+    """Run a read-only SQL query over the stored tables (DuckDB)."""
+    import duckdb
+
+    from pipeline.catalog import run_read_only
+    from pipeline.settings import load_settings
+    from pipeline.store import open_store
+
+    if format is OutputFormat.parquet and output is None:
+        _fail("--format parquet writes a binary file: give --output PATH")
+    settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
+    try:
+        rel = run_read_only(open_store(settings), query)
+    except PermissionError as exc:
+        _fail(str(exc), code=2)
+    except (ValueError, duckdb.Error) as exc:
+        _fail(f"query failed: {exc}")
+    if rel is None:
+        return
+    try:
+        table = rel.to_arrow_table()
+    except duckdb.Error as exc:
+        _fail(f"query failed: {exc}")
+    _write_output(table, format, output)
+
+
+def _write_output(table, format: OutputFormat, output: Path | None) -> None:
+    import polars as pl
+
+    frame = pl.from_arrow(table)
+    if format is OutputFormat.parquet:
+        frame.write_parquet(output)
+        typer.echo(f"wrote {frame.height} rows to {output}", err=True)
+        return
+    if format is OutputFormat.csv:
+        text = _flatten(frame).write_csv()
+    elif format is OutputFormat.json:
+        text = frame.write_json()
+    else:
+        with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=60):
+            text = str(frame) + "\n"
+    if output:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _flatten(frame):
+    """CSV has no nested types: write arrays/lists as JSON-style text."""
+    import polars as pl
+
+    nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
+    return frame.with_columns(
+        [pl.col(c).map_elements(lambda v: str(list(v)) if v is not None else None, return_dtype=pl.String)
+         for c in nested]
+    )
+
+
+@probes_app.command("build-wordnet")
+def build_wordnet(
+    wordnet_dir: Annotated[Path, typer.Option(help="WordNet 3.0 database folder")] = Path("/usr/share/wordnet"),
+    output: Annotated[Path, typer.Option(help="Parquet to write")] = Path("pipeline/data/wordnet_nouns.parquet"),
+) -> None:
+    """Build the shipped `wordnet-nouns` Parquet from a WordNet database folder."""
+    from pipeline.probes.wordnet import build_wordnet_nouns
+
+    try:
+        path = build_wordnet_nouns(wordnet_dir, output)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote {path}")
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m pipeline.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

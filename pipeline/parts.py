@@ -1,0 +1,113 @@
+"""Embedding parts: build one shard's Parquet table, stage it, check it, commit or quarantine it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.shards import Shard, committed_item_ids, merge_part
+from pipeline.store import Manifest, PartInfo, Store
+
+
+@dataclass
+class StagedPart:
+    """A shard's part written to staging, waiting for validation and commit."""
+
+    model: str
+    release: str
+    probe_set: str
+    shard_id: str
+    start: int
+    staged: str  # path relative to the root
+    rows: int
+    sha256: str
+    seconds: float = 0.0
+
+
+class PartValidationError(ValueError):
+    """A staged part failed its checks; it was quarantined and nothing of it is visible."""
+
+
+def embeddings_table(model: str, release: str, shard: Shard, result, vector_dtype: str = "float32") -> pa.Table:
+    """The rows of one shard, in the columns of DESIGN.md's ``embeddings`` table.
+
+    The norm comes from the embedder (computed in float32 or wider before any downcast);
+    only the stored vector is cast to ``vector_dtype``.
+    """
+    vectors = np.ascontiguousarray(result.vectors, dtype=np.float16 if vector_dtype == "float16" else np.float32)
+    n, dim = vectors.shape
+    value_type = pa.float16() if vector_dtype == "float16" else pa.float32()
+    flat = pa.array(vectors.reshape(-1), type=value_type)
+    return pa.table(
+        {
+            "model": pa.array([model] * n, pa.string()),
+            "release": pa.array([release] * n, pa.string()),
+            "probe_set": pa.array([shard.probe_set] * n, pa.string()),
+            "item_id": pa.array(shard.item_ids, pa.string()),
+            "norm": pa.array(np.asarray(result.norms, dtype=np.float64)),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            "n_tokens": pa.array(np.asarray(result.n_tokens, dtype=np.int32)),
+            "truncated": pa.array(np.asarray(result.truncated, dtype=bool)),
+        }
+    )
+
+
+def stage_part(store: Store, run_id: str, model: str, release: str, shard: Shard, table: pa.Table) -> StagedPart:
+    """Write a shard's table to the run's staging area (invisible to readers)."""
+    rel = f"staging/{run_id}/{shard.probe_set}/part-{shard.shard_id}.parquet"
+    rows, digest = store.write_table(rel, table)
+    return StagedPart(model, release, shard.probe_set, shard.shard_id, shard.start, rel, rows, digest)
+
+
+def check_part(store: Store, part: StagedPart, expected_ids: list[str], dim: int) -> list[str]:
+    """Basic invariants of a staged part; returns the list of failures (empty when it passes)."""
+    t = store.read_table(part.staged)
+    failures = []
+    ids = t["item_id"].to_pylist()
+    if ids != expected_ids:
+        failures.append(f"item ids differ from the shard's ({len(ids)} rows, {len(expected_ids)} expected)")
+    norms = t["norm"].to_numpy()
+    bad = ~np.isfinite(norms) | (norms <= 0)
+    if bad.any():
+        failures.append(f"norm not finite or not > 0 for {int(bad.sum())} items, e.g. {np.array(ids)[bad][:5].tolist()}")
+    vec = t["vector"].combine_chunks()
+    if vec.type.list_size != dim:
+        failures.append(f"vector length {vec.type.list_size} != model dimension {dim}")
+    return failures
+
+
+def quarantine_part(store: Store, run_id: str, part: StagedPart, report: dict) -> str:
+    """Move a failed part and its validation report to ``quarantine/``; returns the folder."""
+    folder = f"quarantine/{run_id}/{part.probe_set}"
+    store.move(part.staged, f"{folder}/part-{part.shard_id}.parquet")
+    store.write_bytes_atomic(f"{folder}/part-{part.shard_id}.report.json", json.dumps(report, indent=1).encode())
+    return folder
+
+
+def commit_part(store: Store, part: StagedPart, template: Manifest) -> Manifest:
+    """Move a validated part into its partition and rewrite the manifest (written last).
+
+    ``template`` carries the partition's model, fingerprint, params, dim and dtype; the
+    manifest on storage is re-read so that parts committed earlier are kept.
+    """
+    d = store.embeddings_dir(part.model, part.release, part.probe_set)
+    manifest = store.read_manifest(part.model, part.release, part.probe_set)
+    if manifest is None:
+        manifest = Manifest(**{**asdict(template), "parts": []})
+    elif manifest.fingerprint != template.fingerprint:
+        raise ValueError(
+            f"{d} already holds weights with fingerprint {manifest.fingerprint[:12]}…, not "
+            f"{template.fingerprint[:12]}…: a release label names one set of weights. Use a new --release."
+        )
+    committed = committed_item_ids(store, manifest)
+    file = f"part-{part.shard_id}.parquet"
+    store.move(part.staged, f"{d}/{file}")
+    ids = set(store.read_table(f"{d}/{file}", columns=["item_id"])["item_id"].to_pylist())
+    dropped = merge_part(manifest, PartInfo(part.shard_id, file, part.rows, part.sha256, part.start), ids, committed)
+    store.write_manifest(manifest)
+    for f in dropped:  # only after the manifest no longer lists them
+        store.rm(f"{d}/{f}")
+    return manifest

@@ -1,0 +1,119 @@
+"""Probe sets as validated frames, and the checks every probe source goes through.
+
+A probe set is three long-format tables (DESIGN.md): ``items`` (item_id, text,
+kind, lang, source), ``properties`` (item_id, property, value) and ``relations``
+(left_id, right_id, relation, value). The ``probe_set`` column is added when the
+tables are written, so builders never repeat the name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipeline.names import check_name
+
+ITEM_SCHEMA = {"item_id": pl.String, "text": pl.String, "kind": pl.String, "lang": pl.String, "source": pl.String}
+PROPERTY_SCHEMA = {"item_id": pl.String, "property": pl.String, "value": pl.Float64}
+RELATION_SCHEMA = {"left_id": pl.String, "right_id": pl.String, "relation": pl.String, "value": pl.Float64}
+KINDS = frozenset({"word", "sentence", "query", "doc", "pair"})
+
+
+class ProbeInputError(ValueError):
+    """Bad probe input: the message names the source, the row or column, and what to do."""
+
+
+def empty_frame(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+@dataclass
+class ProbeSet:
+    """One probe set: items to embed plus their measured properties and relations."""
+
+    name: str
+    items: pl.DataFrame
+    properties: pl.DataFrame = field(default_factory=lambda: empty_frame(PROPERTY_SCHEMA))
+    relations: pl.DataFrame = field(default_factory=lambda: empty_frame(RELATION_SCHEMA))
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        check_name(self.name, what="probe set name")
+        self.items = self.items.select([pl.col(c).cast(t) for c, t in ITEM_SCHEMA.items()])
+        self.properties = self.properties.select([pl.col(c).cast(t) for c, t in PROPERTY_SCHEMA.items()])
+        self.relations = self.relations.select([pl.col(c).cast(t) for c, t in RELATION_SCHEMA.items()])
+        validate_probe_set(self)
+
+    def head(self, n: int | None) -> ProbeSet:
+        """The first ``n`` items in the set's stable order, with their properties and relations."""
+        if n is None or n >= self.items.height:
+            return self
+        items = self.items.head(n)
+        ids = items["item_id"]
+        return ProbeSet(
+            name=self.name,
+            items=items,
+            properties=self.properties.filter(pl.col("item_id").is_in(ids.implode())),
+            relations=self.relations.filter(
+                pl.col("left_id").is_in(ids.implode()) & pl.col("right_id").is_in(ids.implode())
+            ),
+            origin=self.origin,
+        )
+
+
+def _rows(mask: pl.Series, limit: int = 5) -> str:
+    # 1-based data-row numbers, the way a person counts rows in a file without its header
+    idx = [i + 1 for i in mask.arg_true().to_list()[:limit]]
+    more = "" if mask.sum() <= limit else f" (and {mask.sum() - limit} more)"
+    return ", ".join(map(str, idx)) + more
+
+
+def validate_probe_set(ps: ProbeSet) -> None:
+    """Raise :class:`ProbeInputError` unless every item is usable; nothing is written before this passes."""
+    where = ps.origin or ps.name
+    items = ps.items
+    if items.height == 0:
+        raise ProbeInputError(f"{where}: probe set {ps.name!r} has no items; give at least one row.")
+    null_id = items["item_id"].is_null() | (items["item_id"].str.strip_chars() == "")
+    if null_id.any():
+        raise ProbeInputError(f"{where}: empty item_id in row {_rows(null_id)}; every item needs an id.")
+    dup = items["item_id"].is_duplicated()
+    if dup.any():
+        first = items.filter(dup)["item_id"].unique(maintain_order=True).head(3).to_list()
+        raise ProbeInputError(
+            f"{where}: duplicate item_id {first} in rows {_rows(dup)}; ids must be unique within a probe set."
+        )
+    empty = items["text"].is_null() | (items["text"].str.strip_chars() == "")
+    if empty.any():
+        raise ProbeInputError(
+            f"{where}: empty text in row {_rows(empty)} (item_id "
+            f"{items.filter(empty)['item_id'].head(3).to_list()}); remove the row or give it text."
+        )
+    bad_kind = ~items["kind"].is_in(list(KINDS))
+    if bad_kind.any():
+        raise ProbeInputError(
+            f"{where}: unknown kind in row {_rows(bad_kind)}; use one of {sorted(KINDS)}."
+        )
+    props = ps.properties
+    if props.height:
+        unknown = ~props["item_id"].is_in(items["item_id"].implode())
+        if unknown.any():
+            raise ProbeInputError(
+                f"{where}: properties name item_id {props.filter(unknown)['item_id'].head(3).to_list()} "
+                "that is not among the items."
+            )
+        dup_p = props.select(["item_id", "property"]).is_duplicated()
+        if dup_p.any():
+            raise ProbeInputError(f"{where}: a property is given twice for the same item (rows {_rows(dup_p)}).")
+        bad = props["value"].is_null() | ~props["value"].is_finite()
+        if bad.any():
+            raise ProbeInputError(
+                f"{where}: property value is missing or not finite for "
+                f"{props.filter(bad).select(['item_id', 'property']).head(3).rows()}; drop those rows or fix them."
+            )
+
+
+def is_finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,68 @@
+"""Settings: the only module that reads the environment.
+
+Every other module receives a :class:`Settings` (or plain values taken from it).
+Environment variables use the ``NORMAUDIT_`` prefix, except the S3 endpoint and
+credentials, which use the standard AWS names so that existing tooling works.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Runtime settings for an audit, the SQL shell and the storage layer."""
+
+    model_config = SettingsConfigDict(env_prefix="NORMAUDIT_", extra="forbid", populate_by_name=True)
+
+    root: str = Field("./normaudit-data", description="fsspec URL of the storage root (file path or s3://bucket/prefix)")
+    s3_endpoint_url: str | None = Field(
+        None, validation_alias=AliasChoices("s3_endpoint_url", "NORMAUDIT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+    )
+    aws_access_key_id: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("aws_access_key_id", "AWS_ACCESS_KEY_ID"), repr=False
+    )
+    aws_secret_access_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"), repr=False
+    )
+    aws_region: str | None = Field(None, validation_alias=AliasChoices("aws_region", "AWS_DEFAULT_REGION", "AWS_REGION"))
+    dask_address: str | None = Field(None, description="scheduler address; None starts a local cluster of processes")
+    n_workers: int = Field(1, ge=1, description="worker processes of the local cluster")
+    threads_per_worker: int | None = Field(
+        None, ge=1, description="torch threads per worker; default: cores divided by workers"
+    )
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    batch_tokens: int = Field(16384, ge=64, description="padded tokens per forward batch (token-budget batching)")
+    max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
+    shard_size: int = Field(4096, ge=1, description="items per shard (one Parquet part, one Dask task)")
+    vector_dtype: Literal["float32", "float16"] = "float32"
+
+    def storage_options(self) -> dict:
+        """fsspec/s3fs options for the root; credentials stay inside, never logged."""
+        if not self.root.startswith(("s3://", "s3a://")):
+            return {}
+        opts: dict = {}
+        if self.s3_endpoint_url:
+            opts["endpoint_url"] = self.s3_endpoint_url
+        if self.aws_access_key_id:
+            opts["key"] = self.aws_access_key_id.get_secret_value()
+        if self.aws_secret_access_key:
+            opts["secret"] = self.aws_secret_access_key.get_secret_value()
+        if self.aws_region:
+            opts["client_kwargs"] = {"region_name": self.aws_region}
+        return opts
+
+    def torch_threads(self) -> int:
+        """Threads each worker gives torch, so workers never oversubscribe the cores."""
+        if self.threads_per_worker:
+            return self.threads_per_worker
+        return max(1, (os.cpu_count() or 1) // self.n_workers)
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment, with explicit (non-None) overrides from flags."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

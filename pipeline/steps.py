@@ -1,0 +1,129 @@
+"""The audit's steps as plain functions: flows/tasks.py wraps each as a Prefect task.
+
+Each step does one thing and takes explicit inputs (settings, resolved model,
+shard), so it can run in the flow process or on any Dask worker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import polars as pl
+
+from pipeline.analysis import AUDIT_ANALYSES, run_query, to_results
+from pipeline.catalog import open_catalog
+from pipeline.parts import (
+    PartValidationError,
+    StagedPart,
+    check_part,
+    commit_part,
+    embeddings_table,
+    quarantine_part,
+    stage_part,
+)
+from pipeline.probes import ProbeSet, load_probe_set, write_probe_tables
+from pipeline.runs import write_results
+from pipeline.settings import Settings
+from pipeline.shards import Shard, committed_item_ids, pending_shards, split_shards
+from pipeline.store import Manifest, open_store
+
+
+def embedding_params(resolved, settings: Settings) -> dict:
+    """Parameters that change the stored rows (and so the shard hashes)."""
+    return {
+        "pooling": resolved.spec.pooling,
+        "max_length": resolved.max_length,
+        "vector_dtype": settings.vector_dtype,
+    }
+
+
+def manifest_template(model: str, release: str, probe_set: str, resolved, settings: Settings) -> Manifest:
+    return Manifest(
+        model=model, release=release, probe_set=probe_set, fingerprint=resolved.fingerprint,
+        params=embedding_params(resolved, settings), dim=resolved.dim, vector_dtype=settings.vector_dtype,
+    )
+
+
+def load_and_store_probes(settings: Settings, spec: str) -> ProbeSet:
+    """Load and validate a probe set, then write its tables (the whole set, whatever --limit says)."""
+    ps = load_probe_set(spec, settings.storage_options())
+    write_probe_tables(open_store(settings), ps)
+    return ps
+
+
+def plan_shards(
+    settings: Settings, ps: ProbeSet, model: str, release: str, resolved, limit: int | None
+) -> tuple[list[Shard], int]:
+    """Shards of the first ``limit`` items still to embed, and how many shards were already committed."""
+    store = open_store(settings)
+    items = ps.items if limit is None else ps.items.head(limit)
+    shards = split_shards(ps.name, items, resolved.fingerprint, embedding_params(resolved, settings),
+                          settings.shard_size)
+    committed = committed_item_ids(store, store.read_manifest(model, release, ps.name))
+    todo = pending_shards(shards, committed)
+    return todo, len(shards) - len(todo)
+
+
+def embed_shard(settings: Settings, resolved, model: str, release: str, shard: Shard, run_id: str) -> StagedPart:
+    """Embed one shard with the worker's cached model and write it to staging."""
+    from pipeline.embed import get_embedder
+
+    t0 = time.perf_counter()
+    embedder = get_embedder(
+        resolved, device=settings.device, threads=settings.torch_threads(),
+        batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
+    )
+    result = embedder.embed(shard.texts)
+    table = embeddings_table(model, release, shard, result, settings.vector_dtype)
+    part = stage_part(open_store(settings), run_id, model, release, shard, table)
+    part.seconds = time.perf_counter() - t0
+    return part
+
+
+def validate_and_commit(settings: Settings, part: StagedPart, shard: Shard, template: Manifest, run_id: str) -> int:
+    """Check a staged part; commit it, or quarantine it and raise naming what failed."""
+    store = open_store(settings)
+    failures = check_part(store, part, shard.item_ids, template.dim)
+    if failures:
+        folder = quarantine_part(store, run_id, part, {"shard_id": part.shard_id, "failures": failures})
+        raise PartValidationError(
+            f"shard {part.shard_id} of probe set {part.probe_set!r} failed validation and was quarantined "
+            f"in {store.url(folder)}: " + "; ".join(failures)
+        )
+    commit_part(store, part, template)
+    return part.rows
+
+
+def write_token_norms(settings: Settings, resolved, model: str, release: str) -> int:
+    """Norms of the input token-embedding table, once per release; returns rows written (0 if present)."""
+    from pipeline.embed import get_embedder
+
+    store = open_store(settings)
+    d = store.token_norms_dir(model, release)
+    if store.exists(f"{d}/part-0.parquet"):
+        return 0
+    embedder = get_embedder(
+        resolved, device=settings.device, threads=settings.torch_threads(),
+        batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
+    )
+    tn = embedder.token_norms()
+    frame = pl.DataFrame({
+        "model": model, "release": release,
+        "token_id": np.asarray(tn.token_ids, dtype=np.int64), "token": list(tn.tokens),
+        "norm": np.asarray(tn.norms, dtype=np.float64),
+    })
+    rows, _ = store.write_table(f"{d}/part-0.parquet", frame.to_arrow())
+    return rows
+
+
+def run_analyses(settings: Settings, model: str, release: str, run_id: str) -> pl.DataFrame:
+    """Run the audit's SQL analyses over committed data and store their ``results`` rows."""
+    store = open_store(settings)
+    con = open_catalog(store)
+    frames = []
+    for name in AUDIT_ANALYSES:
+        res = to_results(run_query(con, name, model=model, release=release), run_id, name)
+        write_results(store, run_id, name, res)
+        frames.append(res)
+    return pl.concat(frames) if frames else pl.DataFrame()

@@ -1,0 +1,198 @@
+"""Object storage: fsspec paths, atomic Parquet/JSON writes, manifests (DESIGN.md "Storage protocol").
+
+Every path is relative to one root URL (a local folder or ``s3://bucket/prefix``).
+A part becomes visible only when a manifest written after it lists it; a manifest
+is replaced in one atomic step (rename on a local disk, a single PUT on S3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.names import check_name
+
+MANIFEST = "_manifest.json"
+
+
+class StorageError(RuntimeError):
+    """The storage root cannot be used; the message says which root and what to do."""
+
+
+@dataclass
+class PartInfo:
+    """One committed (or staged) Parquet part of an embeddings partition."""
+
+    shard_id: str
+    file: str  # file name inside the partition folder
+    rows: int
+    sha256: str
+    start: int = 0  # offset of the shard's first item in the probe set's stable order
+
+
+@dataclass
+class Manifest:
+    """The list of committed parts of one (model, release, probe_set) partition, written last."""
+
+    model: str
+    release: str
+    probe_set: str
+    fingerprint: str
+    params: dict[str, Any]
+    dim: int
+    vector_dtype: str
+    parts: list[PartInfo] = field(default_factory=list)
+    updated_at: float = 0.0
+    format: int = 1
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Manifest:
+        raw = json.loads(data)
+        raw["parts"] = [PartInfo(**p) for p in raw.get("parts", [])]
+        return cls(**raw)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Store:
+    """Paths and atomic reads/writes under one storage root."""
+
+    def __init__(self, root: str, storage_options: dict | None = None):
+        self.root_url = root
+        self.fs, base = fsspec.core.url_to_fs(root, **(storage_options or {}))
+        self.base = base.rstrip("/")
+        self.is_local = "file" in _protocols(self.fs)
+
+    # ---------- paths ----------
+    def url(self, *parts: str) -> str:
+        """Full URL of a path under the root, as DuckDB and other readers need it."""
+        path = self.path(*parts)
+        return path if self.is_local else f"{_protocols(self.fs)[0]}://{path}"
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.base, *parts) if parts else self.base
+
+    def embeddings_dir(self, model: str, release: str, probe_set: str) -> str:
+        check_name(model, "model name")
+        check_name(release, "release label")
+        check_name(probe_set, "probe set name")
+        return f"embeddings/model={model}/release={release}/probe_set={probe_set}"
+
+    def token_norms_dir(self, model: str, release: str) -> str:
+        check_name(model, "model name")
+        check_name(release, "release label")
+        return f"token_norms/model={model}/release={release}"
+
+    def probes_dir(self, probe_set: str) -> str:
+        return f"probes/probe_set={check_name(probe_set, 'probe set name')}"
+
+    # ---------- checks ----------
+    def check_writable(self) -> None:
+        """Fail fast, before any embedding work, when the root cannot be written."""
+        probe = self.path(f".write-check-{uuid.uuid4().hex}")
+        try:
+            self.fs.makedirs(self.base, exist_ok=True)
+            self.fs.pipe_file(probe, b"ok")
+            self.fs.rm_file(probe)
+        except Exception as exc:  # noqa: BLE001 - any backend error means the same thing to the user
+            raise StorageError(
+                f"cannot write to storage root {self.root_url!r}: {type(exc).__name__}: {exc}. "
+                "Check the path exists and is writable (or the bucket, endpoint and credentials for s3://), "
+                "or pass another --root."
+            ) from exc
+
+    # ---------- bytes ----------
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.fs.cat_file(self.path(rel))
+
+    def write_bytes_atomic(self, rel: str, data: bytes) -> None:
+        """Write so that readers see the old content or the new one, never a torn file."""
+        dest = self.path(rel)
+        parent = posixpath.dirname(dest)
+        if self.is_local:
+            self.fs.makedirs(parent, exist_ok=True)
+            tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}")
+            self.fs.pipe_file(tmp, data)
+            self.fs.mv(tmp, dest)  # rename(2): atomic on one filesystem
+        else:
+            self.fs.pipe_file(dest, data)  # one PUT: atomic on S3
+
+    def move(self, src_rel: str, dest_rel: str) -> None:
+        if self.is_local:
+            self.fs.makedirs(posixpath.dirname(self.path(dest_rel)), exist_ok=True)
+        self.fs.mv(self.path(src_rel), self.path(dest_rel))
+
+    def rm(self, rel: str, recursive: bool = False) -> None:
+        if self.fs.exists(self.path(rel)):
+            self.fs.rm(self.path(rel), recursive=recursive)
+
+    def glob(self, pattern: str) -> list[str]:
+        """Relative paths under the root matching ``pattern``, sorted."""
+        hits = self.fs.glob(self.path(pattern))
+        prefix = self.base + "/"
+        return sorted(h[len(prefix):] if h.startswith(prefix) else h for h in hits)
+
+    # ---------- parquet ----------
+    def write_table(self, rel: str, table: pa.Table) -> tuple[int, str]:
+        """Atomically write a Parquet file; returns (rows, sha256 of the file bytes)."""
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        data = buf.getvalue()
+        self.write_bytes_atomic(rel, data)
+        return table.num_rows, sha256_bytes(data)
+
+    def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        with self.fs.open(self.path(rel), "rb") as fh:
+            return pq.read_table(fh, columns=columns)
+
+    # ---------- manifests ----------
+    def read_manifest(self, model: str, release: str, probe_set: str) -> Manifest | None:
+        rel = f"{self.embeddings_dir(model, release, probe_set)}/{MANIFEST}"
+        if not self.exists(rel):
+            return None
+        return Manifest.from_json(self.read_bytes(rel))
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        manifest.updated_at = time.time()
+        rel = f"{self.embeddings_dir(manifest.model, manifest.release, manifest.probe_set)}/{MANIFEST}"
+        self.write_bytes_atomic(rel, manifest.to_json())
+
+    def manifests(self) -> list[Manifest]:
+        """Every committed embeddings manifest under the root."""
+        return [Manifest.from_json(self.read_bytes(p)) for p in self.glob(f"embeddings/*/*/*/{MANIFEST}")]
+
+    def committed_part_urls(self) -> list[str]:
+        """URLs of the parts listed in committed manifests: the only parts readers may see."""
+        urls = []
+        for m in self.manifests():
+            d = self.embeddings_dir(m.model, m.release, m.probe_set)
+            urls.extend(self.url(d, p.file) for p in m.parts)
+        return urls
+
+
+def _protocols(fs) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def open_store(settings) -> Store:
+    """The :class:`Store` for ``settings.root`` with its S3 options."""
+    return Store(settings.root, settings.storage_options())

@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny local model, a real S3-compatible server on loopback, Prefect's test API."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def shared_data(name: str) -> Path:
+    """A folder of ../shared/data; skip where absent, but fail on CI where it must be present."""
+    path = SHARED_DATA / name
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing on CI: the repository must be cloned beside ../shared")
+        pytest.skip(f"{path} not present (clone beside ../shared to run this test)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A deterministic tiny sentence-transformers model, built locally (no hub)."""
+    from pipeline.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-st") / "tiny", kind="sentence-transformers")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model_dir(tmp_path_factory) -> Path:
+    """A deterministic tiny plain-transformers model (mean pooling configured by the spec)."""
+    from pipeline.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-hf") / "tiny-hf", kind="transformers")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto in server mode on loopback: a real HTTP S3 endpoint, as s3fs's own suite uses."""
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """Environment for an s3:// root on the loopback server, with a fresh bucket per test."""
+    import uuid
+
+    import s3fs
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    bucket = f"bucket-{uuid.uuid4().hex[:10]}"
+    fs = s3fs.S3FileSystem(endpoint_url=s3_server, key="testing-key-id", secret="testing-secret")
+    fs.mkdir(bucket)
+    return f"s3://{bucket}/normaudit"
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A temporary Prefect API for the session (real flows, throwaway database)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

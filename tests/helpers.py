@@ -1,0 +1,47 @@
+"""Helpers that write real stored data through the project's own storage code (no mocks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeline.parts import commit_part, embeddings_table, stage_part
+from pipeline.probes import ProbeSet, write_probe_tables
+from pipeline.shards import split_shards
+from pipeline.store import Manifest, Store
+
+
+@dataclass
+class FakeResult:
+    vectors: np.ndarray
+    norms: np.ndarray
+    n_tokens: np.ndarray
+    truncated: np.ndarray
+
+
+def store_synthetic(store: Store, model: str, release: str, ps: ProbeSet, norms: np.ndarray, dim: int = 4,
+                    shard_size: int = 50, seed: int = 0) -> None:
+    """Commit embeddings with the given norms for ``ps`` via stage_part/commit_part."""
+    write_probe_tables(store, ps)
+    rng = np.random.default_rng(seed)
+    directions = rng.normal(size=(len(norms), dim))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    vectors = (directions * norms[:, None]).astype(np.float32)
+    fp = "f" * 64
+    template = Manifest(model, release, ps.name, fp, {"pooling": "mean"}, dim, "float32")
+    for shard in split_shards(ps.name, ps.items, fp, template.params, shard_size):
+        sl = slice(shard.start, shard.start + shard.size)
+        res = FakeResult(vectors[sl], norms[sl], np.full(shard.size, 3), np.zeros(shard.size, bool))
+        part = stage_part(store, "run-x", model, release, shard, embeddings_table(model, release, shard, res))
+        commit_part(store, part, template)
+
+
+def word_probe_set(name: str, n: int, props: dict[str, np.ndarray]) -> ProbeSet:
+    ids = [f"w{i:05d}" for i in range(n)]
+    items = pl.DataFrame({"item_id": ids, "text": [f"word {i}" for i in range(n)], "kind": "word",
+                          "lang": "en", "source": "synthetic"})
+    long = pl.concat([pl.DataFrame({"item_id": ids, "property": k, "value": v.astype(float)})
+                      for k, v in props.items()])
+    return ProbeSet(name=name, items=items, properties=long)
