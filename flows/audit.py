@@ -10,7 +10,7 @@ from prefect import flow, get_run_logger
 from prefect.futures import as_completed
 
 from flows import tasks
-from flows.runners import dask_runner
+from flows.runners import dask_runner, prefect_api
 from pipeline.runs import RunRecord, new_run_id
 from pipeline.settings import Settings, load_settings
 from pipeline.steps import embedding_params, manifest_template
@@ -98,6 +98,7 @@ def audit_release(
 def run_audit(settings: Settings, model: str, probes: list[str], release: str | None = None,
               limit: int | None = None, overrides: dict | None = None) -> AuditSummary:
     """Run :func:`audit_release` on the Dask task runner the settings name."""
-    return audit_release.with_options(task_runner=dask_runner(settings))(
-        model=model, probes=probes, release=release, limit=limit, overrides=overrides or {}
-    )
+    with prefect_api():
+        return audit_release.with_options(task_runner=dask_runner(settings))(
+            model=model, probes=probes, release=release, limit=limit, overrides=overrides or {}
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -10,6 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+# moto's HTTP server logs every request at INFO; keep test output readable
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 
 def shared_data(name: str) -> Path:

@@ -1,0 +1,296 @@
+"""Batched inference that keeps what normalization throws away: raw pooled vectors and their L2 norms.
+
+For sentence-transformers directories the raw vector is the output of the module chain up to (not
+including) the first ``Normalize``; for plain transformers directories it is the spec's pooling of
+the last hidden state. The hot path tokenizes the whole input once, sorts by token length and packs
+batches under a padded-token budget, so short texts run in large batches and little is spent on pads.
+
+torch, transformers and sentence-transformers are imported inside functions: importing this module
+is cheap, and the CLI and SQL paths never pay for them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.models import ResolvedModel
+
+__all__ = ["EmbedResult", "Embedder", "TokenNorms", "get_embedder", "pick_device"]
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    """Per-text output, in input order: raw vectors, their L2 norms, token counts and truncation flags."""
+
+    vectors: np.ndarray  # float32 [n, d], raw (not normalized)
+    norms: np.ndarray  # float64 [n], L2 of the raw pooled vector, taken before any downcast
+    n_tokens: np.ndarray  # int32 [n], tokens incl. special tokens after truncation
+    truncated: np.ndarray  # bool [n], the text had more than max_length tokens
+
+    def __len__(self) -> int:
+        return len(self.norms)
+
+
+@dataclass(frozen=True)
+class TokenNorms:
+    """L2 norms (float64) of the rows of the input token-embedding table."""
+
+    token_ids: np.ndarray  # int64 [V]
+    tokens: list[str]  # "" for ids the tokenizer has no string for (padded vocabularies)
+    norms: np.ndarray  # float64 [V]
+
+
+@dataclass
+class _Stats:
+    """Counters of the last :meth:`Embedder.embed` call (for benchmarks and progress reports)."""
+
+    texts: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    seq_lengths: list[int] = field(default_factory=list, repr=False)  # real tokens, in processing order
+    seq_widths: list[int] = field(default_factory=list, repr=False)  # padded width of each text's batch
+
+
+def pick_device(device: str = "auto") -> str:
+    """``auto`` → ``cuda`` if available, else ``mps``, else ``cpu``; explicit names are checked."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device!r} requested but torch sees no CUDA GPU; use device='cpu' or 'auto'"
+        )
+    return device
+
+
+class Embedder:
+    """A model loaded once, embedding lists of texts into :class:`EmbedResult`.
+
+    ``batch_tokens`` bounds the padded tokens of one forward batch and ``max_batch_size`` the texts
+    in it; ``threads`` sets torch's intra-op threads for this process.
+    """
+
+    def __init__(
+        self,
+        resolved: ResolvedModel,
+        device: str = "auto",
+        threads: int | None = None,
+        batch_tokens: int = 16384,
+        max_batch_size: int = 1024,
+    ) -> None:
+        import torch
+
+        if batch_tokens < resolved.max_length:
+            raise ValueError(
+                f"batch_tokens ({batch_tokens}) must be at least max_length ({resolved.max_length})"
+            )
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be positive, not {max_batch_size}")
+        if threads:
+            torch.set_num_threads(threads)
+        self.resolved = resolved
+        self.device = pick_device(device)
+        self.batch_tokens = batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_length = resolved.max_length
+        self.last_stats = _Stats()
+        self._lock = threading.Lock()
+        self._st_modules: list | None = None
+        if resolved.is_sentence_transformers and resolved.spec.pooling == "auto":
+            self._load_sentence_transformers()
+        else:
+            self._load_transformers()
+        self._model.eval()
+        self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
+        self._input_names = set(self._tokenizer.model_input_names)
+        self._backend = self._make_backend()
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def _load_sentence_transformers(self) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(self.resolved.path, device=self.device, local_files_only=True)
+        modules = []
+        for module in st:
+            if type(module).__name__ == "Normalize":
+                break
+            modules.append(module)
+        self._st = st
+        self._st_modules = modules
+        self._tokenizer = st[0].tokenizer
+        self._model = st[0].auto_model
+        self.pooling = "st"
+
+    def _load_transformers(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = self.resolved.path
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._model = AutoModel.from_pretrained(path, local_files_only=True).to(self.device)
+        self.pooling = "mean" if self.resolved.spec.pooling == "auto" else self.resolved.spec.pooling
+
+    def _make_backend(self):
+        """A private copy of the fast tokenizer's Rust backend: truncation on, padding off.
+
+        A copy, because tokenizer.json files often carry their own fixed padding/truncation (MiniLM's
+        pads to 128) and the shared HF tokenizer object must not be reconfigured under its users.
+        """
+        backend = getattr(self._tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(backend.to_str())
+        copy.no_padding()
+        copy.enable_truncation(max_length=self.max_length, strategy="longest_first", stride=0)
+        return copy
+
+    @property
+    def model(self):
+        """The underlying transformers model (e.g. to count parameters)."""
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        return self.resolved.dim
+
+    # -- tokenization ----------------------------------------------------------------------------
+
+    def _tokenize(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], np.ndarray]:
+        """Token ids and type ids (truncated, with special tokens) and a truncation flag per text."""
+        if self._backend is not None:
+            encs = self._backend.encode_batch(texts, add_special_tokens=True)
+            # Overflow pieces exist exactly when the text had more than max_length tokens.
+            truncated = np.fromiter((bool(e.overflowing) for e in encs), dtype=bool, count=len(encs))
+            return [e.ids for e in encs], [e.type_ids for e in encs], truncated
+        full = self._tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
+        enc = self._tokenizer(texts, truncation=True, max_length=self.max_length, add_special_tokens=True)
+        types = enc.get("token_type_ids") or [[0] * len(ids) for ids in enc["input_ids"]]
+        return enc["input_ids"], types, np.array([len(f) > self.max_length for f in full], dtype=bool)
+
+    def _plan(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """Batches of text indices: longest first, each under the padded-token budget."""
+        order = np.argsort(-lengths, kind="stable")
+        batches, start, n = [], 0, len(order)
+        while start < n:
+            longest = max(int(lengths[order[start]]), 1)
+            size = max(1, min(self.max_batch_size, self.batch_tokens // longest, n - start))
+            batches.append(order[start : start + size])
+            start += size
+        return batches
+
+    # -- inference -------------------------------------------------------------------------------
+
+    def _forward(self, input_ids, attention_mask, token_type_ids):
+        import torch
+
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        if self._st_modules is not None:
+            for module in self._st_modules:
+                features = module(features)
+            return features["sentence_embedding"]
+        hidden = self._model(**features).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        if self.pooling == "last":
+            last = attention_mask.sum(dim=1) - 1  # right padding: last real token
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> EmbedResult:
+        """Raw vectors (float32), norms (float64), token counts and truncation flags, in input order.
+
+        ``progress``, if given, is called with the number of texts finished after each batch.
+        """
+        import torch
+
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"text {i} is {type(t).__name__}, not str: pass strings only (no None/NaN)")
+        n, dim = len(texts), self.resolved.dim
+        vectors = np.empty((n, dim), dtype=np.float32)
+        norms = np.empty(n, dtype=np.float64)
+        stats = _Stats(texts=n)
+        if n == 0:
+            self.last_stats = stats
+            return EmbedResult(vectors, norms, np.empty(0, np.int32), np.empty(0, bool))
+        ids, type_ids, truncated = self._tokenize(texts)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=n)
+        with_types = "token_type_ids" in self._input_names
+        # MPS has no float64; elsewhere the norm is taken in float64 straight from the model output.
+        norm_dtype = torch.float32 if self.device.startswith("mps") else torch.float64
+        done = 0
+        with self._lock, torch.inference_mode():
+            for batch in self._plan(lengths):
+                width = max(int(lengths[batch].max()), 1)
+                arr_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
+                arr_types = np.zeros((len(batch), width), dtype=np.int64) if with_types else None
+                for row, i in enumerate(batch):
+                    arr_ids[row, : lengths[i]] = ids[i]
+                    if with_types:
+                        arr_types[row, : lengths[i]] = type_ids[i]
+                mask = (np.arange(width)[None, :] < lengths[batch][:, None]).astype(np.int64)
+                to = self.device
+                raw = self._forward(
+                    torch.from_numpy(arr_ids).to(to),
+                    torch.from_numpy(mask).to(to),
+                    torch.from_numpy(arr_types).to(to) if with_types else None,
+                )
+                if raw.shape[-1] != dim:
+                    raise RuntimeError(f"model produced {raw.shape[-1]}-d vectors but {dim} were expected")
+                batch_norms = torch.linalg.vector_norm(raw, dim=1, dtype=norm_dtype)
+                vectors[batch] = raw.float().cpu().numpy()
+                norms[batch] = batch_norms.cpu().numpy()
+                stats.batches += 1
+                stats.real_tokens += int(lengths[batch].sum())
+                stats.padded_tokens += len(batch) * width
+                stats.seq_lengths.extend(lengths[batch].tolist())
+                stats.seq_widths.extend([width] * len(batch))
+                done += len(batch)
+                if progress is not None:
+                    progress(done)
+        self.last_stats = stats
+        return EmbedResult(vectors, norms, lengths, truncated)
+
+    def token_norms(self) -> TokenNorms:
+        """L2 norms of the rows of ``model.get_input_embeddings().weight``, computed in float64."""
+        import torch
+
+        with torch.inference_mode():
+            weight = self._model.get_input_embeddings().weight.detach().to("cpu", torch.float64).numpy()
+        norms = np.linalg.norm(weight, axis=1)
+        ids = np.arange(weight.shape[0], dtype=np.int64)
+        if self._backend is not None:
+            tokens = [self._backend.id_to_token(int(i)) or "" for i in ids]
+        else:
+            tokens = [t or "" for t in self._tokenizer.convert_ids_to_tokens(ids.tolist())]
+        return TokenNorms(token_ids=ids, tokens=tokens, norms=norms)
+
+
+_EMBEDDERS: dict[tuple, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def get_embedder(resolved: ResolvedModel, device: str = "auto", threads: int | None = None, **kw) -> Embedder:
+    """A per-process cached :class:`Embedder`, so a Dask worker loads each model once across shards."""
+    key = (resolved.fingerprint, resolved.path, resolved.spec, device, threads, tuple(sorted(kw.items())))
+    with _EMBEDDERS_LOCK:
+        embedder = _EMBEDDERS.get(key)
+        if embedder is None:
+            embedder = _EMBEDDERS[key] = Embedder(resolved, device=device, threads=threads, **kw)
+        return embedder

