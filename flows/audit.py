@@ -1,4 +1,10 @@
-"""The ``audit_release`` flow: wiring only; each step lives in ``pipeline.steps``."""
+"""Audit flows: wiring only; every step lives in ``pipeline`` and is wrapped in flows/tasks.py.
+
+``audit_release`` reads like DESIGN.md's "flow of one audit": resolve the model,
+register the run, embed the probe sets on Dask (``embed_probes``), run the SQL
+analyses (``run_analyses``), compare with the previous release
+(``compare_releases``), render the report, and fail loudly on a regression.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ from prefect import flow, get_run_logger
 from prefect.futures import as_completed
 
 from flows import tasks
-from flows.runners import dask_runner, prefect_api
+from flows.runners import dask_runner, early_local_cluster, gpu_annotation, prefect_api
+from pipeline.compare import AlertThresholds, ReleaseRegression
+from pipeline.progress import reporter
 from pipeline.runs import RunRecord, new_run_id
 from pipeline.settings import Settings, load_settings
 from pipeline.steps import embedding_params, manifest_template
@@ -29,7 +37,63 @@ class AuditSummary:
     embedded_items: dict = field(default_factory=dict)
     skipped_shards: dict = field(default_factory=dict)
     results: object = None
+    alerts: object = None
+    previous_release: str | None = None
     timings: dict = field(default_factory=dict)
+
+
+def _add(timings: dict, more: dict) -> None:
+    for k, v in more.items():
+        timings[k] = timings.get(k, 0.0) + v
+
+
+@flow(name="embed_probes")
+def embed_probes(
+    model: str, probes: list[str], release: str, run_id: str, resolved, limit: int | None = None,
+    overrides: dict | None = None,
+) -> dict:
+    """Embed probe sets shard by shard on the Dask task runner; commit each shard as it validates."""
+    log = get_run_logger()
+    settings = load_settings(**(overrides or {}))
+    out = {"embedded": {}, "skipped": {}, "timings": {}}
+    # submitted first: it also starts the runner's Dask client, which gpu_annotation inspects
+    token_norms = tasks.write_token_norms.submit(settings, resolved, model, release)
+    with gpu_annotation():
+        for spec in probes:
+            ps = tasks.load_probes(settings, spec)
+            todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)
+            out["skipped"][ps.name] = skipped
+            log.info("%s: %d shards to embed, %d already committed", ps.name, len(todo), skipped)
+            template = manifest_template(model, release, ps.name, resolved, settings)
+            futures = {tasks.embed_shard.submit(settings, resolved, model, release, s, run_id): s for s in todo}
+            progress = reporter()
+            progress.start(ps.name, len(todo), sum(s.size for s in todo))
+            embedded = 0
+            for fut in as_completed(list(futures)):
+                part = fut.result()
+                rows, seconds = tasks.validate_and_commit(settings, part, futures[fut], template, run_id)
+                _add(out["timings"], part.timings | {"storage": part.timings["storage"] + seconds["storage"],
+                                                      "validation": seconds["validation"]})
+                embedded += rows
+                progress.advance(rows)
+            progress.finish()
+            out["embedded"][ps.name] = embedded
+        token_norms.result()
+    return out
+
+
+@flow(name="run_analyses")
+def analyses_flow(model: str, release: str, run_id: str, overrides: dict | None = None):
+    """Run the SQL analyses over committed data and store their results."""
+    return tasks.run_analyses(load_settings(**(overrides or {})), model, release, run_id)
+
+
+@flow(name="compare_releases")
+def compare_flow(model: str, release: str, run_id: str, thresholds: dict | None = None,
+                 overrides: dict | None = None):
+    """Compare the run's statistics with the previous release; store and return alerts."""
+    settings = load_settings(**(overrides or {}))
+    return tasks.compare_with_previous(settings, model, release, run_id, AlertThresholds(**(thresholds or {})))
 
 
 @flow(name="audit_release")
@@ -39,52 +103,47 @@ def audit_release(
     release: str | None = None,
     limit: int | None = None,
     overrides: dict | None = None,
+    name: str | None = None,
+    thresholds: dict | None = None,
 ) -> AuditSummary:
-    """Embed probe sets with a model, validate and commit every shard, then run the analyses.
+    """Audit one model release end to end; fail the run when a statistic regressed past its threshold.
 
-    ``overrides`` are non-secret settings (root, batch sizes, ...); credentials are read
-    from the environment by :mod:`pipeline.settings` and never pass through flow parameters.
+    ``overrides`` are non-secret settings (root, batch sizes, ...); credentials are read from
+    the environment by :mod:`pipeline.settings` and never pass through flow parameters.
+    ``name`` labels the model in storage (default: the registry name or directory name).
     """
-    log = get_run_logger()
     settings = load_settings(**(overrides or {}))
     timings: dict[str, float] = {}
     t = time.perf_counter()
     open_store(settings).check_writable()
     resolved = tasks.resolve_model(model)
     timings["resolve_model"] = time.perf_counter() - t
-    name = resolved.spec.name
+    model_name = name or resolved.spec.name
     release = release or resolved.fingerprint[:12]
     run = RunRecord(
-        run_id=new_run_id(), model=name, release=release, fingerprint=resolved.fingerprint,
+        run_id=new_run_id(), model=model_name, release=release, fingerprint=resolved.fingerprint,
         probe_set=",".join(probes),
         params={**embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
                 "batch_tokens": settings.batch_tokens, "device": settings.device},
     )
     tasks.register_run(settings, run)
-    summary = AuditSummary(run.run_id, name, release, resolved.fingerprint, open_store(settings).root_url)
+    summary = AuditSummary(run.run_id, model_name, release, resolved.fingerprint, open_store(settings).root_url)
     try:
         t = time.perf_counter()
-        token_norms = tasks.write_token_norms.submit(settings, resolved, name, release)
-        for spec in probes:
-            ps = tasks.load_probes(settings, spec)
-            todo, skipped = tasks.plan_shards(settings, ps, name, release, resolved, limit)
-            summary.skipped_shards[ps.name] = skipped
-            if not todo:
-                log.info("%s: nothing to embed, all %d shards already committed", ps.name, skipped)
-            else:
-                log.info("%s: embedding %d shards (%d already committed)", ps.name, len(todo), skipped)
-            template = manifest_template(name, release, ps.name, resolved, settings)
-            futures = {tasks.embed_shard.submit(settings, resolved, name, release, s, run.run_id): s for s in todo}
-            embedded = 0
-            for fut in as_completed(list(futures)):
-                embedded += tasks.validate_and_commit(settings, fut.result(), futures[fut], template, run.run_id)
-            summary.embedded_items[ps.name] = embedded
-        token_norms.result()
-        timings["embed_and_commit"] = time.perf_counter() - t
+        embedded = embed_probes.with_options(task_runner=dask_runner(settings))(
+            model_name, probes, release, run.run_id, resolved, limit, overrides)
+        summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
+        _add(timings, embedded["timings"])
+        timings["embed_flow_total"] = time.perf_counter() - t
         t = time.perf_counter()
-        summary.results = tasks.run_analyses(settings, name, release, run.run_id)
+        # tasks here rather than the standalone subflows: a subflow costs about a second of API calls
+        summary.results = tasks.run_analyses(settings, model_name, release, run.run_id)
         timings["analyses"] = time.perf_counter() - t
-        run.status = "completed"
+        t = time.perf_counter()
+        summary.previous_release, summary.alerts = tasks.compare_with_previous(
+            settings, model_name, release, run.run_id, AlertThresholds(**(thresholds or {})))
+        timings["compare"] = time.perf_counter() - t
+        run.status = "alerted" if summary.alerts.height else "completed"
     except BaseException as exc:
         run.status, run.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         raise
@@ -92,13 +151,30 @@ def audit_release(
         run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
         tasks.register_run(settings, run)
     summary.timings = timings
+    if summary.alerts.height:
+        exc = ReleaseRegression(
+            f"{summary.alerts.height} statistic(s) of {model_name} moved past their threshold since release "
+            f"{summary.previous_release}: " + "; ".join(summary.alerts["message"].to_list()[:5])
+        )
+        exc.summary = summary  # the audit itself is committed; callers may still show it
+        raise exc
     return summary
 
 
 def run_audit(settings: Settings, model: str, probes: list[str], release: str | None = None,
-              limit: int | None = None, overrides: dict | None = None) -> AuditSummary:
-    """Run :func:`audit_release` on the Dask task runner the settings name."""
-    with prefect_api():
-        return audit_release.with_options(task_runner=dask_runner(settings))(
-            model=model, probes=probes, release=release, limit=limit, overrides=overrides or {}
-        )
+              limit: int | None = None, overrides: dict | None = None, name: str | None = None,
+              thresholds: dict | None = None) -> AuditSummary:
+    """Run :func:`audit_release` in this process against one Prefect API (started here if needed).
+
+    The local Dask cluster (when no scheduler address is set) starts while the API boots.
+    """
+    overrides = dict(overrides or {})
+    t = time.perf_counter()
+    with early_local_cluster(settings) as scheduler_address, prefect_api():
+        api_start = time.perf_counter() - t
+        overrides["dask_address"] = scheduler_address()
+        cluster_wait = time.perf_counter() - t - api_start
+        summary = audit_release(model=model, probes=probes, release=release, limit=limit,
+                                overrides=overrides, name=name, thresholds=thresholds)
+    summary.timings = {"api_start": api_start, "cluster_start_after_api": cluster_wait, **summary.timings}
+    return summary

@@ -11,21 +11,73 @@ from prefect_dask import DaskTaskRunner
 from pipeline.settings import Settings
 
 
+def local_cluster_kwargs(settings: Settings) -> dict:
+    """Keyword arguments of the default local cluster of worker processes."""
+    return {
+        "n_workers": settings.n_workers,
+        # one task at a time per worker: torch already uses the worker's cores
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": None,
+        "silence_logs": logging.WARNING,
+        "preload": ["pipeline.warmup"],
+    }
+
+
 def dask_runner(settings: Settings) -> DaskTaskRunner:
     """A Dask task runner: the scheduler at ``settings.dask_address``, else a local cluster of processes."""
     if settings.dask_address:
         return DaskTaskRunner(address=settings.dask_address)
-    return DaskTaskRunner(
-        cluster_class="distributed.LocalCluster",
-        cluster_kwargs={
-            "n_workers": settings.n_workers,
-            # one task at a time per worker: torch already uses the worker's cores
-            "threads_per_worker": 1,
-            "processes": True,
-            "dashboard_address": None,
-            "silence_logs": logging.WARNING,
-        },
-    )
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=local_cluster_kwargs(settings))
+
+
+@contextlib.contextmanager
+def early_local_cluster(settings: Settings):
+    """Start the local cluster in the background now; yield a function returning its address.
+
+    Its workers import torch and transformers while the caller does other start-up work
+    (the Prefect API takes seconds to boot). With ``settings.dask_address`` set nothing is
+    started and the function returns that address.
+    """
+    if settings.dask_address:
+        yield lambda: settings.dask_address
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import LocalCluster
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(LocalCluster, **local_cluster_kwargs(settings))
+    try:
+        yield lambda: future.result().scheduler_address
+    finally:
+        with contextlib.suppress(Exception):
+            future.result().close()
+        pool.shutdown()
+
+
+@contextlib.contextmanager
+def gpu_annotation():
+    """Annotate tasks submitted inside to need one ``GPU`` resource when any worker declares GPUs.
+
+    Workers started with ``--resources GPU=1`` then run one embedding task per GPU; on a
+    cluster without GPU resources nothing is annotated (an annotation no worker can
+    satisfy would leave the tasks waiting forever).
+    """
+    import dask
+    from prefect_dask import get_dask_client
+
+    try:
+        with get_dask_client() as client:
+            workers = client.scheduler_info().get("workers", {}).values()
+            has_gpu = any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
+    except (RuntimeError, ValueError, AttributeError):  # not on a (started) Dask task runner
+        has_gpu = False
+    if not has_gpu:
+        yield False
+        return
+    with dask.annotate(resources={"GPU": 1}):
+        yield True
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from pipeline import steps
-from pipeline.models import get_spec, resolve_model as _resolve_model
+from pipeline.models import get_spec
+from pipeline.models import resolve_model as _resolve_model
 from pipeline.runs import write_run
 
 STORAGE_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 2, 4]}
@@ -66,3 +67,9 @@ def write_token_norms(settings, resolved, model: str, release: str):
 def run_analyses(settings, model: str, release: str, run_id: str):
     """Run the SQL analyses over committed data and store the results."""
     return steps.run_analyses(settings, model, release, run_id)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def compare_with_previous(settings, model: str, release: str, run_id: str, thresholds):
+    """Compare a run's statistics with the previous release of the model and store the alerts."""
+    return steps.compare_with_previous(settings, model, release, run_id, thresholds)

@@ -25,7 +25,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "model": "VARCHAR", "release": "VARCHAR", "probe_set": "VARCHAR", "item_id": "VARCHAR",
         "norm": "DOUBLE", "vector": "FLOAT[]", "n_tokens": "INTEGER", "truncated": "BOOLEAN",
     },
-    "token_norms": {"model": "VARCHAR", "release": "VARCHAR", "token_id": "BIGINT", "token": "VARCHAR", "norm": "DOUBLE"},
+    "token_norms": {
+        "model": "VARCHAR", "release": "VARCHAR", "token_id": "BIGINT", "token": "VARCHAR", "norm": "DOUBLE",
+    },
+    "token_properties": {
+        "model": "VARCHAR", "release": "VARCHAR", "token_id": "BIGINT", "property": "VARCHAR", "value": "DOUBLE",
+    },
     "runs": {
         "run_id": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR", "fingerprint": "VARCHAR",
         "probe_set": "VARCHAR", "params": "VARCHAR", "code_version": "VARCHAR", "started_at": "TIMESTAMP",
@@ -36,6 +41,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "probe_set": "VARCHAR", "property": "VARCHAR", "statistic": "VARCHAR", "value": "DOUBLE",
         "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n": "BIGINT",
     },
+    "alerts": {
+        "run_id": "VARCHAR", "analysis": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR",
+        "previous_release": "VARCHAR", "probe_set": "VARCHAR", "property": "VARCHAR", "statistic": "VARCHAR",
+        "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "threshold": "DOUBLE",
+        "message": "VARCHAR",
+    },
 }
 
 # Where each view's files live (glob relative to the root); embeddings come from manifests instead.
@@ -44,8 +55,10 @@ GLOBS = {
     "probe_properties": "probes/*/properties.parquet",
     "probe_relations": "probes/*/relations.parquet",
     "token_norms": "token_norms/*/*/part-*.parquet",
+    "token_properties": "token_norms/*/*/properties.parquet",
     "runs": "runs/*.parquet",
     "results": "results/*/*.parquet",
+    "alerts": "alerts/*.parquet",
 }
 
 ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}

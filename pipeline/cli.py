@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True)
-probes_app = typer.Typer(help="Probe sets: build, list.", no_args_is_help=True)
+probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True)
 app.add_typer(probes_app, name="probes")
 
-RootOpt = Annotated[str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")]
+RootOpt = Annotated[
+    str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")
+]
 EndpointOpt = Annotated[
     str | None, typer.Option("--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")
 ]
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -33,9 +35,13 @@ def _fail(message: str, code: int = 1) -> None:
 
 @app.command()
 def audit(
-    model: Annotated[str, typer.Option(help="registry name (e.g. minilm-l6), a model directory, or hf:ORG/NAME[@REV]")],
+    model: Annotated[
+        str, typer.Option(help="registry name (e.g. minilm-l6), a model directory, or hf:ORG/NAME[@REV]")
+    ],
     probes: Annotated[list[str], typer.Option(help="probe set name or probe file; repeat for several")],
-    release: Annotated[str | None, typer.Option(help="release label (default: first 12 hex of the fingerprint)")] = None,
+    release: Annotated[
+        str | None, typer.Option(help="release label (default: first 12 hex of the fingerprint)")
+    ] = None,
     root: RootOpt = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N items of each probe set, stable order")] = None,
     dask_address: Annotated[str | None, typer.Option(help="Dask scheduler address (default: local processes)")] = None,
@@ -43,6 +49,8 @@ def audit(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or mps")] = None,
     vector_dtype: Annotated[str | None, typer.Option(help="stored vector dtype: float32 or float16")] = None,
     s3_endpoint_url: EndpointOpt = None,
+    name: Annotated[str | None, typer.Option(help="model label in storage (default: registry or folder name)")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="print where the time went")] = False,
 ) -> None:
     """Embed probe sets with a model, store raw vectors and norms, and run the analyses."""
     from pydantic import ValidationError
@@ -60,15 +68,22 @@ def audit(
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
     overrides["root"] = settings.root
     from flows.audit import run_audit
+    from pipeline.compare import ReleaseRegression
+    from pipeline.progress import RichProgress, use_progress
 
     try:
-        summary = run_audit(settings, model, probes, release=release, limit=limit, overrides=overrides)
-    except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as exc:
+        with use_progress(RichProgress()):
+            summary = run_audit(settings, model, probes, release=release, limit=limit, overrides=overrides,
+                                name=name)
+    except ReleaseRegression as exc:
+        _print_summary(exc.summary, timings)
+        _fail(str(exc), code=3)
+    except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError, LookupError) as exc:
         _fail(str(exc))
-    _print_summary(summary)
+    _print_summary(summary, timings)
 
 
-def _print_summary(summary) -> None:
+def _print_summary(summary, timings: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -88,6 +103,18 @@ def _print_summary(summary) -> None:
             value = "—" if row["value"] is None else f"{row['value']:+.4f}"
             table.add_row(row["probe_set"], row["property"], row["statistic"], value, str(row["n"]))
     console.print(table)
+    if summary.alerts is not None and summary.alerts.height:
+        for msg in summary.alerts["message"].to_list():
+            console.print(f"[bold red]alert[/]: {msg}")
+    elif summary.previous_release:
+        console.print(f"compared with release {summary.previous_release}: no statistic moved past its threshold")
+    if timings:
+        t = Table(title="timings (s)")
+        t.add_column("step")
+        t.add_column("seconds", justify="right")
+        for k, v in summary.timings.items():
+            t.add_row(k, f"{v:.2f}")
+        console.print(t)
     console.print(f"run {summary.run_id}; fingerprint {summary.fingerprint[:16]}…")
     console.print(f"data: {summary.root}")
     console.print(f'query it: normaudit sql --root {summary.root} "select * from results"')
@@ -160,17 +187,85 @@ def _flatten(frame):
 
 @probes_app.command("build-wordnet")
 def build_wordnet(
-    wordnet_dir: Annotated[Path, typer.Option(help="WordNet 3.0 database folder")] = Path("/usr/share/wordnet"),
-    output: Annotated[Path, typer.Option(help="Parquet to write")] = Path("pipeline/data/wordnet_nouns.parquet"),
+    wordnet_dir: Annotated[Path, typer.Option(help="WordNet 3.0 database folder")] = Path(
+        "/usr/share/wordnet"
+    ),
+    output: Annotated[Path, typer.Option(help="`wordnet-nouns` Parquet to write")] = Path(
+        "pipeline/data/wordnet_nouns.parquet"
+    ),
+    pairs_output: Annotated[Path, typer.Option(help="`wordnet-pairs` Parquet to write")] = Path(
+        "pipeline/data/wordnet_pairs.parquet"
+    ),
 ) -> None:
-    """Build the shipped `wordnet-nouns` Parquet from a WordNet database folder."""
+    """Build the shipped `wordnet-nouns` and `wordnet-pairs` Parquet files from a WordNet database folder."""
     from pipeline.probes.wordnet import build_wordnet_nouns
+    from pipeline.probes.wordnet_pairs import build_wordnet_pairs
 
     try:
         path = build_wordnet_nouns(wordnet_dir, output)
+        pairs = build_wordnet_pairs(wordnet_dir, path, pairs_output)
     except FileNotFoundError as exc:
         _fail(str(exc))
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path} and {pairs}")
+
+
+@probes_app.command("add")
+def probes_add(
+    name: Annotated[str, typer.Argument(help="name to store it under (then: audit --probes NAME)")],
+    source: Annotated[str, typer.Option(
+        "--from", help="file (CSV, TSV, JSONL, Parquet) or BEIR folder; local path or s3://")],
+    text: Annotated[str | None, typer.Option("--text", help="column with the text (default: text)")] = None,
+    id_col: Annotated[str | None, typer.Option("--id", help="column with the id (default: item_id)")] = None,
+    prop: Annotated[list[str] | None, typer.Option(
+        "--property", help="COL or NAME=COL, repeatable (default: every other column)")] = None,
+    kind: Annotated[str | None, typer.Option(help="item kind: word, sentence, query, doc or pair")] = None,
+    lang: Annotated[str | None, typer.Option(help="language of every item (words get wordfreq zipf)")] = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", help="table (default), rating-norms, label-counts or beir")] = None,
+    split: Annotated[str | None, typer.Option(help="beir: which qrels/<split>.tsv (default test)")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="replace a stored set of this name")] = False,
+    root: RootOpt = None,
+    s3_endpoint_url: EndpointOpt = None,
+) -> None:
+    """Validate the user's data and store it as a probe set that `normaudit audit --probes NAME` finds."""
+    from pipeline.probes.stored import add_probe_set, summarize
+    from pipeline.settings import load_settings
+    from pipeline.store import open_store
+
+    settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
+    props = None if not prop else dict(p.split("=", 1) if "=" in p else (p, p) for p in prop)
+    source_options = settings.model_copy(update={"root": source}).storage_options()
+    try:
+        ps = add_probe_set(open_store(settings), name, source, fmt, source_options, replace=replace,
+                           id_col=id_col, text_col=text, properties=props, kind=kind, lang=lang, split=split)
+    except (ValueError, FileNotFoundError, PermissionError) as exc:
+        _fail(str(exc))
+    s = summarize(ps, "stored")
+    typer.echo(f"stored probe set {name!r}: {s['items']} items ({s['kinds']}); properties: "
+               f"{s['properties'] or '-'}; relations: {s['relations'] or '-'}")
+    typer.echo(f"audit it: normaudit audit --model MODEL --probes {name} --root {settings.root}")
+
+
+@probes_app.command("list")
+def probes_list(
+    root: RootOpt = None,
+    format: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
+    s3_endpoint_url: EndpointOpt = None,
+) -> None:
+    """Every probe set (built-in, external, stored under the root) with row counts and properties."""
+    import pyarrow as pa
+
+    from pipeline.probes.stored import list_probe_sets
+    from pipeline.probes.templates import TEMPLATES
+    from pipeline.settings import load_settings
+    from pipeline.store import open_store
+
+    if format is OutputFormat.parquet:
+        _fail("probes list prints table, csv or json")
+    frame = list_probe_sets(open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url)))
+    _write_output(pa.table(frame.to_arrow()), format, None)
+    if format is OutputFormat.table:
+        typer.echo("templates (word sets): " + ", ".join(f"NAME@{k} = {v!r}" for k, v in TEMPLATES.items()))
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m pipeline.cli`

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ class StagedPart:
     staged: str  # path relative to the root
     rows: int
     sha256: str
-    seconds: float = 0.0
+    timings: dict = field(default_factory=dict)  # seconds: model_load, embedding, storage
 
 
 class PartValidationError(ValueError):
@@ -72,7 +72,8 @@ def check_part(store: Store, part: StagedPart, expected_ids: list[str], dim: int
     norms = t["norm"].to_numpy()
     bad = ~np.isfinite(norms) | (norms <= 0)
     if bad.any():
-        failures.append(f"norm not finite or not > 0 for {int(bad.sum())} items, e.g. {np.array(ids)[bad][:5].tolist()}")
+        examples = np.array(ids)[bad][:5].tolist()
+        failures.append(f"norm not finite or not > 0 for {int(bad.sum())} items, e.g. {examples}")
     vec = t["vector"].combine_chunks()
     if vec.type.list_size != dim:
         failures.append(f"vector length {vec.type.list_size} != model dimension {dim}")

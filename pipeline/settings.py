@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -29,7 +29,9 @@ class Settings(BaseSettings):
     aws_secret_access_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"), repr=False
     )
-    aws_region: str | None = Field(None, validation_alias=AliasChoices("aws_region", "AWS_DEFAULT_REGION", "AWS_REGION"))
+    aws_region: str | None = Field(
+        None, validation_alias=AliasChoices("aws_region", "AWS_DEFAULT_REGION", "AWS_REGION")
+    )
     dask_address: str | None = Field(None, description="scheduler address; None starts a local cluster of processes")
     n_workers: int = Field(1, ge=1, description="worker processes of the local cluster")
     threads_per_worker: int | None = Field(
@@ -40,6 +42,14 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
     shard_size: int = Field(4096, ge=1, description="items per shard (one Parquet part, one Dask task)")
     vector_dtype: Literal["float32", "float16"] = "float32"
+
+    @field_validator("root")
+    @classmethod
+    def _absolute_local_root(cls, value: str) -> str:
+        # Dask workers and deployments may run elsewhere in the tree: pin a local root to one folder.
+        if "://" in value:
+            return value.removeprefix("file://") if value.startswith("file://") else value
+        return os.path.abspath(os.path.expanduser(value))
 
     def storage_options(self) -> dict:
         """fsspec/s3fs options for the root; credentials stay inside, never logged."""

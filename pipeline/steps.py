@@ -47,8 +47,9 @@ def manifest_template(model: str, release: str, probe_set: str, resolved, settin
 
 def load_and_store_probes(settings: Settings, spec: str) -> ProbeSet:
     """Load and validate a probe set, then write its tables (the whole set, whatever --limit says)."""
-    ps = load_probe_set(spec, settings.storage_options())
-    write_probe_tables(open_store(settings), ps)
+    store = open_store(settings)
+    ps = load_probe_set(spec, settings.storage_options(), store=store)
+    write_probe_tables(store, ps)
     return ps
 
 
@@ -58,8 +59,8 @@ def plan_shards(
     """Shards of the first ``limit`` items still to embed, and how many shards were already committed."""
     store = open_store(settings)
     items = ps.items if limit is None else ps.items.head(limit)
-    shards = split_shards(ps.name, items, resolved.fingerprint, embedding_params(resolved, settings),
-                          settings.shard_size)
+    shards = split_shards(ps.name, items, resolved.fingerprint,
+                          {**embedding_params(resolved, settings), **ps.shard_params()}, settings.shard_size)
     committed = committed_item_ids(store, store.read_manifest(model, release, ps.name))
     todo = pending_shards(shards, committed)
     return todo, len(shards) - len(todo)
@@ -74,17 +75,26 @@ def embed_shard(settings: Settings, resolved, model: str, release: str, shard: S
         resolved, device=settings.device, threads=settings.torch_threads(),
         batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
     )
+    t1 = time.perf_counter()
     result = embedder.embed(shard.texts)
+    t2 = time.perf_counter()
     table = embeddings_table(model, release, shard, result, settings.vector_dtype)
     part = stage_part(open_store(settings), run_id, model, release, shard, table)
-    part.seconds = time.perf_counter() - t0
+    part.timings = {"model_load": t1 - t0, "embedding": t2 - t1, "storage": time.perf_counter() - t2}
     return part
 
 
-def validate_and_commit(settings: Settings, part: StagedPart, shard: Shard, template: Manifest, run_id: str) -> int:
-    """Check a staged part; commit it, or quarantine it and raise naming what failed."""
+def validate_and_commit(
+    settings: Settings, part: StagedPart, shard: Shard, template: Manifest, run_id: str
+) -> tuple[int, dict]:
+    """Check a staged part; commit it, or quarantine it and raise naming what failed.
+
+    Returns the committed row count and the seconds spent validating and committing.
+    """
     store = open_store(settings)
+    t0 = time.perf_counter()
     failures = check_part(store, part, shard.item_ids, template.dim)
+    t1 = time.perf_counter()
     if failures:
         folder = quarantine_part(store, run_id, part, {"shard_id": part.shard_id, "failures": failures})
         raise PartValidationError(
@@ -92,7 +102,7 @@ def validate_and_commit(settings: Settings, part: StagedPart, shard: Shard, temp
             f"in {store.url(folder)}: " + "; ".join(failures)
         )
     commit_part(store, part, template)
-    return part.rows
+    return part.rows, {"validation": t1 - t0, "storage": time.perf_counter() - t1}
 
 
 def write_token_norms(settings: Settings, resolved, model: str, release: str) -> int:
@@ -102,6 +112,7 @@ def write_token_norms(settings: Settings, resolved, model: str, release: str) ->
     store = open_store(settings)
     d = store.token_norms_dir(model, release)
     if store.exists(f"{d}/part-0.parquet"):
+        write_token_properties(store, model, release)  # roots written before token_properties existed
         return 0
     embedder = get_embedder(
         resolved, device=settings.device, threads=settings.torch_threads(),
@@ -113,7 +124,22 @@ def write_token_norms(settings: Settings, resolved, model: str, release: str) ->
         "token_id": np.asarray(tn.token_ids, dtype=np.int64), "token": list(tn.tokens),
         "norm": np.asarray(tn.norms, dtype=np.float64),
     })
+    write_token_properties(store, model, release, frame)  # first: part-0 marks the release's tokens done
     rows, _ = store.write_table(f"{d}/part-0.parquet", frame.to_arrow())
+    return rows
+
+
+def write_token_properties(store, model: str, release: str, norms: pl.DataFrame | None = None) -> int:
+    """Zipf of the whole-word tokens, beside token_norms (view ``token_properties``); 0 if present."""
+    from pipeline.probes.frequency import token_properties
+
+    d = store.token_norms_dir(model, release)
+    if store.exists(f"{d}/properties.parquet"):
+        return 0
+    if norms is None:
+        norms = pl.from_arrow(store.read_table(f"{d}/part-0.parquet", columns=["token_id", "token"]))
+    table = token_properties(model, release, norms["token_id"].to_list(), norms["token"].to_list())
+    rows, _ = store.write_table(f"{d}/properties.parquet", table.to_arrow())
     return rows
 
 
@@ -127,3 +153,18 @@ def run_analyses(settings: Settings, model: str, release: str, run_id: str) -> p
         write_results(store, run_id, name, res)
         frames.append(res)
     return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def compare_with_previous(settings: Settings, model: str, release: str, run_id: str, thresholds):
+    """Alerts for statistics that moved past their threshold since the previous release; stores them.
+
+    Returns ``(previous_release or None, alerts frame)``.
+    """
+    from pipeline.compare import compare_runs, previous_release, write_alerts
+
+    store = open_store(settings)
+    con = open_catalog(store)
+    previous = previous_release(con, model, release)
+    _, alerts = compare_runs(con, model, release, run_id, previous, thresholds)
+    write_alerts(store, run_id, alerts)
+    return (previous[0] if previous else None), alerts
