@@ -57,10 +57,10 @@ def embed_probes(
     settings = load_settings(**(overrides or {}))
     out = {"embedded": {}, "skipped": {}, "timings": {}}
     # submitted first: it also starts the runner's Dask client, which gpu_annotation inspects
-    token_norms = tasks.write_token_norms.submit(settings, resolved, model, release)
+    token_norms = tasks.write_token_norms.submit(settings, resolved, model, release, run_id)
     with gpu_annotation():
         for spec in probes:
-            ps = tasks.load_probes(settings, spec)
+            ps = tasks.load_probes(settings, spec, run_id)
             todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)
             out["skipped"][ps.name] = skipped
             log.info("%s: %d shards to embed, %d already committed", ps.name, len(todo), skipped)
@@ -129,6 +129,7 @@ def audit_release(
     tasks.register_run(settings, run)
     summary = AuditSummary(run.run_id, model_name, release, resolved.fingerprint, open_store(settings).root_url)
     try:
+        tasks.open_release(settings, model_name, release, run.run_id)  # one audit per release at a time
         t = time.perf_counter()
         embedded = embed_probes.with_options(task_runner=dask_runner(settings))(
             model_name, probes, release, run.run_id, resolved, limit, overrides)
@@ -148,6 +149,7 @@ def audit_release(
         run.status, run.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         raise
     finally:
+        tasks.close_release(settings, model_name, release, run.run_id)  # lease back; Data Docs built
         run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
         tasks.register_run(settings, run)
     summary.timings = timings

@@ -15,7 +15,16 @@ from pipeline.models import get_spec
 from pipeline.models import resolve_model as _resolve_model
 from pipeline.runs import write_run
 
-STORAGE_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 2, 4]}
+
+def _worth_retrying(task, task_run, state) -> bool:
+    """Retry storage hiccups; never bad data, a held lease or a corrupt part (a retry cannot fix them)."""
+    from pipeline.lease import LeaseHeldError, LeaseLostError
+    from pipeline.store import CorruptPartError
+
+    return not isinstance(state.data, (ValueError, LeaseHeldError, LeaseLostError, CorruptPartError))
+
+
+STORAGE_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 2, 4], "retry_condition_fn": _worth_retrying}
 
 
 @task(cache_policy=NONE)
@@ -25,9 +34,9 @@ def resolve_model(name: str):
 
 
 @task(cache_policy=NONE)
-def load_probes(settings, spec: str):
+def load_probes(settings, spec: str, run_id: str | None = None):
     """Load, validate and store one probe set."""
-    return steps.load_and_store_probes(settings, spec)
+    return steps.load_and_store_probes(settings, spec, run_id)
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
@@ -58,9 +67,27 @@ def validate_and_commit(settings, part, shard, template, run_id: str):
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
-def write_token_norms(settings, resolved, model: str, release: str):
+def write_token_norms(settings, resolved, model: str, release: str, run_id: str | None = None):
     """Store the norms of the model's input token-embedding table once per release."""
-    return steps.write_token_norms(settings, resolved, model, release)
+    return steps.write_token_norms(settings, resolved, model, release, run_id)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def open_release(settings, model: str, release: str, run_id: str):
+    """Take the release's lease: one audit of a model release at a time."""
+    from pipeline.gates import open_release as _open
+    from pipeline.store import open_store
+
+    return _open(open_store(settings), model, release, run_id)
+
+
+@task(cache_policy=NONE)
+def close_release(settings, model: str, release: str, run_id: str):
+    """Release the lease and build the run's Data Docs next to the data."""
+    from pipeline.gates import close_release as _close
+    from pipeline.store import open_store
+
+    return _close(open_store(settings), model, release, run_id)
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
@@ -73,3 +100,9 @@ def run_analyses(settings, model: str, release: str, run_id: str):
 def compare_with_previous(settings, model: str, release: str, run_id: str, thresholds):
     """Compare a run's statistics with the previous release of the model and store the alerts."""
     return steps.compare_with_previous(settings, model, release, run_id, thresholds)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def find_new_releases(settings, watched):
+    """List the releases of a watched model that have not been audited yet."""
+    return steps.find_new_releases(settings, watched)

@@ -13,6 +13,25 @@ app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings 
 probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True)
 app.add_typer(probes_app, name="probes")
 
+
+def _register_release_commands() -> None:
+    from pipeline.cli_release import compare, serve
+
+    app.command()(compare)
+    app.command()(serve)
+
+
+_register_release_commands()
+
+
+def _register_quality_commands() -> None:
+    from pipeline.cli_verify import verify
+
+    app.command()(verify)
+
+
+_register_quality_commands()
+
 RootOpt = Annotated[
     str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")
 ]
@@ -67,6 +86,16 @@ def audit(
     except ValidationError as exc:
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
     overrides["root"] = settings.root
+    from pipeline.names import check_name
+    from pipeline.store import StorageError, open_store
+
+    try:  # names become path segments; a bad root fails here, before Prefect, Dask or the model start
+        for value, what in ((release, "release label"), (name, "model label")):
+            if value is not None:
+                check_name(value, what)
+        open_store(settings).check_writable()
+    except (ValueError, StorageError) as exc:
+        _fail(str(exc))
     from flows.audit import run_audit
     from pipeline.compare import ReleaseRegression
     from pipeline.progress import RichProgress, use_progress

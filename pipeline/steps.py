@@ -13,15 +13,7 @@ import polars as pl
 
 from pipeline.analysis import AUDIT_ANALYSES, run_query, to_results
 from pipeline.catalog import open_catalog
-from pipeline.parts import (
-    PartValidationError,
-    StagedPart,
-    check_part,
-    commit_part,
-    embeddings_table,
-    quarantine_part,
-    stage_part,
-)
+from pipeline.parts import StagedPart, commit_part, embeddings_table, stage_part
 from pipeline.probes import ProbeSet, load_probe_set, write_probe_tables
 from pipeline.runs import write_results
 from pipeline.settings import Settings
@@ -45,10 +37,14 @@ def manifest_template(model: str, release: str, probe_set: str, resolved, settin
     )
 
 
-def load_and_store_probes(settings: Settings, spec: str) -> ProbeSet:
+def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = None) -> ProbeSet:
     """Load and validate a probe set, then write its tables (the whole set, whatever --limit says)."""
+    from pipeline.gates import gate_probe_set
+    from pipeline.probes.base import KINDS
+
     store = open_store(settings)
     ps = load_probe_set(spec, settings.storage_options(), store=store)
+    gate_probe_set(store, ps, KINDS, run_id)  # GX suites, before anything is written
     write_probe_tables(store, ps)
     return ps
 
@@ -61,7 +57,12 @@ def plan_shards(
     items = ps.items if limit is None else ps.items.head(limit)
     shards = split_shards(ps.name, items, resolved.fingerprint,
                           {**embedding_params(resolved, settings), **ps.shard_params()}, settings.shard_size)
-    committed = committed_item_ids(store, store.read_manifest(model, release, ps.name))
+    manifest = store.read_manifest(model, release, ps.name)
+    if manifest is not None:  # trust committed parts only after checking their bytes (sha256)
+        from pipeline.verify import raise_if_corrupt, verify_manifest
+
+        raise_if_corrupt(store, verify_manifest(store, manifest))
+    committed = committed_item_ids(store, manifest)
     todo = pending_shards(shards, committed)
     return todo, len(shards) - len(todo)
 
@@ -93,19 +94,17 @@ def validate_and_commit(
     """
     store = open_store(settings)
     t0 = time.perf_counter()
-    failures = check_part(store, part, shard.item_ids, template.dim)
+    from pipeline import lease
+    from pipeline.gates import gate_part
+
+    gate_part(store, part, shard.item_ids, template, run_id)  # GX suite; quarantines and raises on failure
     t1 = time.perf_counter()
-    if failures:
-        folder = quarantine_part(store, run_id, part, {"shard_id": part.shard_id, "failures": failures})
-        raise PartValidationError(
-            f"shard {part.shard_id} of probe set {part.probe_set!r} failed validation and was quarantined "
-            f"in {store.url(folder)}: " + "; ".join(failures)
-        )
+    lease.ensure(store, part.model, part.release, run_id)  # one writer per release (pipeline/lease.py)
     commit_part(store, part, template)
     return part.rows, {"validation": t1 - t0, "storage": time.perf_counter() - t1}
 
 
-def write_token_norms(settings: Settings, resolved, model: str, release: str) -> int:
+def write_token_norms(settings: Settings, resolved, model: str, release: str, run_id: str | None = None) -> int:
     """Norms of the input token-embedding table, once per release; returns rows written (0 if present)."""
     from pipeline.embed import get_embedder
 
@@ -124,6 +123,9 @@ def write_token_norms(settings: Settings, resolved, model: str, release: str) ->
         "token_id": np.asarray(tn.token_ids, dtype=np.int64), "token": list(tn.tokens),
         "norm": np.asarray(tn.norms, dtype=np.float64),
     })
+    from pipeline.gates import gate_token_norms
+
+    gate_token_norms(store, frame.to_arrow(), model, release, run_id)  # GX suite before anything is written
     write_token_properties(store, model, release, frame)  # first: part-0 marks the release's tokens done
     rows, _ = store.write_table(f"{d}/part-0.parquet", frame.to_arrow())
     return rows
@@ -168,3 +170,13 @@ def compare_with_previous(settings: Settings, model: str, release: str, run_id: 
     _, alerts = compare_runs(con, model, release, run_id, previous, thresholds)
     write_alerts(store, run_id, alerts)
     return (previous[0] if previous else None), alerts
+
+
+def find_new_releases(settings: Settings, watched) -> list[tuple[str, str]]:
+    """Releases of a watched model that no finished audit covers yet."""
+    from pipeline.compare import release_history
+    from pipeline.watch import discover_releases
+
+    hist = release_history(open_catalog(open_store(settings)), watched.name)
+    audited = set(hist["fingerprint"].to_list()) | set(hist["release"].to_list())
+    return discover_releases(watched, audited)
