@@ -46,5 +46,5 @@ def test_bad_files_name_the_problem(tmp_path, name, content, message):
 
 
 def test_unknown_probe_set_suggests_names():
-    with pytest.raises(ProbeInputError, match=r"Did you mean \['wordnet-nouns'\]"):
+    with pytest.raises(ProbeInputError, match=r"Did you mean \['wordnet-nouns'"):
         load_probe_set("wordnet-noun")

@@ -1,4 +1,4 @@
-"""Probe-set registry: built-in sets by name, or the user's own file by path/URL."""
+"""Probe-set registry: built-in, external and stored sets by name, templates, or a probe file by path/URL."""
 
 from __future__ import annotations
 
@@ -19,12 +19,37 @@ def _wordnet_nouns() -> ProbeSet:
     return load_wordnet_nouns()
 
 
-BUILTIN: dict[str, Callable[[], ProbeSet]] = {"wordnet-nouns": _wordnet_nouns}
-FILE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
+def _wordnet_pairs() -> ProbeSet:
+    from pipeline.probes.wordnet_pairs import load_wordnet_pairs
+
+    return load_wordnet_pairs()
 
 
-def load_probe_set(spec: str, storage_options: dict | None = None) -> ProbeSet:
-    """A built-in probe set by name, or a probe file (CSV/JSONL/Parquet path or URL) named after its stem."""
+def _reverse_dictionary() -> ProbeSet:
+    from pipeline.probes.retrieval import load_reverse_dictionary
+
+    return load_reverse_dictionary()
+
+
+BUILTIN: dict[str, Callable[[], ProbeSet]] = {
+    "wordnet-nouns": _wordnet_nouns,
+    "wordnet-pairs": _wordnet_pairs,
+    "wordnet-reverse-dictionary": _reverse_dictionary,
+}
+FILE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
+
+
+def load_probe_set(spec: str, storage_options: dict | None = None, store: Store | None = None) -> ProbeSet:
+    """Resolve ``spec`` to a validated probe set.
+
+    In order: a built-in name (:data:`BUILTIN`); a probe file (CSV/TSV/JSONL/Parquet path or URL, named
+    after its stem); ``<spec>@<template>`` (the word items of ``<spec>`` inside a sentence template, see
+    :mod:`pipeline.probes.templates`); an external set (:data:`pipeline.probes.stored.EXTERNAL`); a set
+    stored under ``store``'s root (``normaudit probes add``). A miss suggests the closest names.
+    """
+    from pipeline.probes.stored import EXTERNAL, load_external, read_stored, stored_names
+    from pipeline.probes.templates import TEMPLATES, apply_template, split_template
+
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.lower().endswith(FILE_SUFFIXES):
@@ -33,12 +58,32 @@ def load_probe_set(spec: str, storage_options: dict | None = None) -> ProbeSet:
         stem = posixpath.splitext(posixpath.basename(spec))[0]
         name = re.sub(r"[^A-Za-z0-9._+@-]", "-", stem).strip("-.") or "probes"
         return read_probe_file(spec, name, storage_options)
-    close = difflib.get_close_matches(spec, BUILTIN, n=3)
+    templated = split_template(spec)
+    if templated is not None:
+        return apply_template(load_probe_set(templated[0], storage_options, store), templated[1])
+    if spec in EXTERNAL:
+        return load_external(EXTERNAL[spec], store)
+    stored = read_stored(store, spec) if store is not None and _is_name(spec) else None
+    if stored is not None:
+        return stored
+    known = [*BUILTIN, *EXTERNAL, *(stored_names(store) if store is not None else [])]
+    close = difflib.get_close_matches(spec, known, n=3)
     hint = f" Did you mean {close}?" if close else ""
     raise ProbeInputError(
-        f"unknown probe set {spec!r}.{hint} Built-in: {sorted(BUILTIN)}; or pass a .csv/.jsonl/.parquet file "
-        "with columns item_id and text."
+        f"unknown probe set {spec!r}.{hint} Built-in: {sorted(BUILTIN)}; external: {sorted(EXTERNAL)}; "
+        f"stored: `normaudit probes list`; templates: NAME@{{{','.join(TEMPLATES)}}}; or pass a "
+        ".csv/.jsonl/.parquet file with columns item_id and text."
     )
+
+
+def _is_name(spec: str) -> bool:
+    from pipeline.names import check_name
+
+    try:
+        check_name(spec)
+    except ValueError:
+        return False
+    return True
 
 
 def write_probe_tables(store: Store, ps: ProbeSet) -> None:

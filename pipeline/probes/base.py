@@ -15,7 +15,9 @@ import polars as pl
 
 from pipeline.names import check_name
 
-ITEM_SCHEMA = {"item_id": pl.String, "text": pl.String, "kind": pl.String, "lang": pl.String, "source": pl.String}
+ITEM_SCHEMA = {
+    "item_id": pl.String, "text": pl.String, "kind": pl.String, "lang": pl.String, "source": pl.String,
+}
 PROPERTY_SCHEMA = {"item_id": pl.String, "property": pl.String, "value": pl.Float64}
 RELATION_SCHEMA = {"left_id": pl.String, "right_id": pl.String, "relation": pl.String, "value": pl.Float64}
 KINDS = frozenset({"word", "sentence", "query", "doc", "pair"})
@@ -38,6 +40,9 @@ class ProbeSet:
     properties: pl.DataFrame = field(default_factory=lambda: empty_frame(PROPERTY_SCHEMA))
     relations: pl.DataFrame = field(default_factory=lambda: empty_frame(RELATION_SCHEMA))
     origin: str = ""
+    # the text template the items were embedded in (e.g. "This is a {}."), None for bare items; it changes
+    # the embedded text but not the item ids, so it is part of the shard hash (see shard_params)
+    template: str | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, what="probe set name")
@@ -60,7 +65,12 @@ class ProbeSet:
                 pl.col("left_id").is_in(ids.implode()) & pl.col("right_id").is_in(ids.implode())
             ),
             origin=self.origin,
+            template=self.template,
         )
+
+    def shard_params(self) -> dict:
+        """What, besides item ids and the model, decides the embedded text: it goes into the shard hash."""
+        return {"template": self.template} if self.template else {}
 
 
 def _rows(mask: pl.Series, limit: int = 5) -> str:
@@ -106,13 +116,44 @@ def validate_probe_set(ps: ProbeSet) -> None:
             )
         dup_p = props.select(["item_id", "property"]).is_duplicated()
         if dup_p.any():
-            raise ProbeInputError(f"{where}: a property is given twice for the same item (rows {_rows(dup_p)}).")
+            raise ProbeInputError(
+                f"{where}: a property is given twice for the same item (rows {_rows(dup_p)})."
+            )
         bad = props["value"].is_null() | ~props["value"].is_finite()
         if bad.any():
             raise ProbeInputError(
                 f"{where}: property value is missing or not finite for "
-                f"{props.filter(bad).select(['item_id', 'property']).head(3).rows()}; drop those rows or fix them."
+                f"{props.filter(bad).select(['item_id', 'property']).head(3).rows()}; "
+                "drop those rows or fix them."
             )
+    _validate_relations(ps, where)
+
+
+def _validate_relations(ps: ProbeSet, where: str) -> None:
+    rel = ps.relations
+    if rel.height == 0:
+        return
+    ids = ps.items["item_id"].implode()
+    for side in ("left_id", "right_id"):
+        unknown = rel[side].is_null() | ~rel[side].is_in(ids)
+        if unknown.any():
+            raise ProbeInputError(
+                f"{where}: relation {side} {rel.filter(unknown)[side].head(3).to_list()} (relation row "
+                f"{_rows(unknown)}) is not among the items; a relation must join two items of the set."
+            )
+    no_name = rel["relation"].is_null() | (rel["relation"].str.strip_chars() == "")
+    if no_name.any():
+        raise ProbeInputError(f"{where}: relation row {_rows(no_name)} has no relation name.")
+    dup = rel.select(["left_id", "right_id", "relation"]).is_duplicated()
+    if dup.any():
+        raise ProbeInputError(
+            f"{where}: relation given twice: "
+            f"{rel.filter(dup).select(['left_id', 'right_id', 'relation']).head(3).rows()} "
+            f"(relation rows {_rows(dup)})."
+        )
+    bad = rel["value"].is_not_null() & ~rel["value"].is_finite()
+    if bad.any():
+        raise ProbeInputError(f"{where}: relation value is not finite in relation row {_rows(bad)}.")
 
 
 def is_finite_number(x) -> bool:

@@ -1,8 +1,13 @@
-"""Probe sets from the user's own files: CSV, JSONL or Parquet, local or any fsspec URL.
+"""Probe sets from the user's own files: CSV, JSONL or Parquet, local or any fsspec URL (``s3://``).
 
-Required columns: ``item_id`` and ``text``. Optional: ``kind``, ``lang``, ``source``.
-Every other numeric column becomes a property (long format). Errors name the file
-and the line or column, and nothing is written until the whole file is valid.
+By default the columns are ``item_id`` and ``text`` (required) and ``kind``, ``lang``, ``source``
+(optional); every other column becomes a numeric property (long format). A column mapping
+(:func:`read_probe_file`'s ``id_col``, ``text_col``, ``properties``) reads any other layout. Word items
+(``kind='word'``) get a wordfreq ``zipf`` unless the file gives one.
+
+Errors name the file and the line (CSV, JSONL), row (Parquet) or column, and nothing is written until
+the whole file is valid. The readers here (:func:`read_text`, :func:`csv_records`,
+:func:`jsonl_records`) are shared by the other probe families so that they all report errors this way.
 """
 
 from __future__ import annotations
@@ -15,13 +20,25 @@ import posixpath
 import fsspec
 import polars as pl
 
-from pipeline.probes.base import ProbeInputError, ProbeSet
+from pipeline.probes.base import KINDS, ProbeInputError, ProbeSet
 
 REQUIRED = ("item_id", "text")
 ITEM_COLUMNS = ("item_id", "text", "kind", "lang", "source")
+FORMATS = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 
 
-def _decode(data: bytes, url: str) -> str:
+def read_bytes(url: str, storage_options: dict | None = None) -> bytes:
+    """The bytes of ``url``; a missing file is a :class:`ProbeInputError` naming it."""
+    try:
+        with fsspec.open(url, "rb", **(storage_options or {})) as fh:
+            return fh.read()
+    except FileNotFoundError as exc:
+        raise ProbeInputError(f"{url}: no such file; check the path (or bucket and key for s3://).") from exc
+
+
+def read_text(url: str, storage_options: dict | None = None) -> str:
+    """``url`` decoded as UTF-8 (a BOM is dropped); invalid bytes are reported by line."""
+    data = read_bytes(url, storage_options)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -31,17 +48,23 @@ def _decode(data: bytes, url: str) -> str:
         ) from exc
 
 
-def _read_csv(text: str, url: str) -> list[dict]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+def csv_records(text: str, url: str, delimiter: str = ",") -> list[tuple[int, dict]]:
+    """``(line number, row)`` of each data row of a CSV/TSV text with a header line."""
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows = []
+    if reader.fieldnames is None:  # reading the header now makes line_num count from it
+        return rows
+    line = reader.line_num + 1
     for row in reader:
         if None in row:
             raise ProbeInputError(f"{url}: line {reader.line_num} has more fields than the header.")
-        rows.append(row)
+        rows.append((line, row))
+        line = reader.line_num + 1
     return rows
 
 
-def _read_jsonl(text: str, url: str) -> list[dict]:
+def jsonl_records(text: str, url: str) -> list[tuple[int, dict]]:
+    """``(line number, object)`` of each non-blank line of a JSON-lines text."""
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -49,64 +72,146 @@ def _read_jsonl(text: str, url: str) -> list[dict]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ProbeInputError(f"{url}: line {n} is not valid JSON ({exc.msg}); fix or remove that line.") from exc
+            raise ProbeInputError(
+                f"{url}: line {n} is not valid JSON ({exc.msg}); fix or remove that line."
+            ) from exc
         if not isinstance(obj, dict):
             raise ProbeInputError(f"{url}: line {n} is not a JSON object.")
-        rows.append(obj)
+        rows.append((n, obj))
     return rows
 
 
-def _frame(url: str, storage_options: dict | None) -> pl.DataFrame:
+class Columns:
+    """The columns of a probe file as Python lists, with where each row came from for error messages."""
+
+    def __init__(self, url: str, names: list[str], values: dict[str, list], lines: list[int] | None):
+        self.url, self.names, self.values, self.lines = url, names, values, lines
+
+    def where(self, i: int) -> str:
+        return f"line {self.lines[i]}" if self.lines is not None else f"row {i + 1}"
+
+    def require(self, col: str, role: str = "") -> list:
+        if col not in self.values:
+            what = f" (the {role} column)" if role else ""
+            raise ProbeInputError(f"{self.url}: missing column {col!r}{what}; columns present: {self.names}.")
+        return self.values[col]
+
+    def strings(self, col: str, role: str = "", integers: bool = False) -> list[str | None]:
+        """Column ``col`` as strings; with ``integers`` whole numbers are allowed too (ids such as 17)."""
+        out: list[str | None] = []
+        for i, v in enumerate(self.require(col, role)):
+            if v is None or isinstance(v, str):
+                out.append(v)
+            elif integers and isinstance(v, int) and not isinstance(v, bool):
+                out.append(str(v))
+            else:
+                raise ProbeInputError(
+                    f"{self.url}: column {col!r} must hold text but has {type(v).__name__} {v!r} at "
+                    f"{self.where(i)}; fix that value."
+                )
+        return out
+
+    def numbers(self, col: str) -> list[float | None]:
+        """Column ``col`` as floats (``None`` where empty); text that is not a number is an error."""
+        out: list[float | None] = []
+        for i, v in enumerate(self.require(col)):
+            if v is None or (isinstance(v, str) and not v.strip()):
+                out.append(None)
+                continue
+            try:
+                if isinstance(v, bool):
+                    raise TypeError
+                out.append(float(v))
+            except (TypeError, ValueError):
+                raise ProbeInputError(
+                    f"{self.url}: column {col!r} is not numeric: {v!r} at {self.where(i)}; properties "
+                    "must be numbers. Drop the column or fix its values."
+                ) from None
+        return out
+
+
+def read_columns(url: str, storage_options: dict | None = None) -> Columns:
+    """Read a CSV, TSV, JSONL or Parquet file into :class:`Columns` (chosen by the file's extension)."""
     fmt = posixpath.splitext(url.split("?")[0])[1].lower()
-    with fsspec.open(url, "rb", **(storage_options or {})) as fh:
-        data = fh.read()
+    if fmt not in FORMATS:
+        raise ProbeInputError(f"{url}: unknown probe file type {fmt!r}; use .csv, .tsv, .jsonl or .parquet.")
     if fmt == ".parquet":
-        return pl.read_parquet(io.BytesIO(data))
-    text = _decode(data, url)
-    if fmt == ".csv":
-        rows = _read_csv(text, url)
-    elif fmt in (".jsonl", ".ndjson"):
-        rows = _read_jsonl(text, url)
-    else:
-        raise ProbeInputError(f"{url}: unknown probe file type {fmt!r}; use .csv, .jsonl or .parquet.")
-    if not rows:
-        raise ProbeInputError(f"{url}: no rows.")
-    return pl.DataFrame(rows, infer_schema_length=None) if fmt != ".csv" else pl.DataFrame(rows)
-
-
-def read_probe_file(url: str, name: str, storage_options: dict | None = None) -> ProbeSet:
-    """Read a probe file into a validated :class:`ProbeSet` named ``name``."""
-    df = _frame(url, storage_options)
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise ProbeInputError(
-            f"{url}: missing column {missing[0]!r} (columns present: {df.columns}); "
-            "a probe file needs 'item_id' and 'text'."
-        )
-    df = df.with_columns(pl.col("item_id").cast(pl.String), pl.col("text").cast(pl.String))
-    items = df.select(
-        pl.col("item_id"),
-        pl.col("text"),
-        (pl.col("kind").cast(pl.String) if "kind" in df.columns else pl.lit("sentence")).alias("kind"),
-        (pl.col("lang").cast(pl.String) if "lang" in df.columns else pl.lit("und")).alias("lang"),
-        (pl.col("source").cast(pl.String) if "source" in df.columns else pl.lit(url)).alias("source"),
-    )
-    props = []
-    for col in df.columns:
-        if col in ITEM_COLUMNS:
-            continue
         try:
-            values = df[col].cast(pl.Float64, strict=True)
-        except pl.exceptions.InvalidOperationError as exc:
-            raise ProbeInputError(
-                f"{url}: column {col!r} is not numeric ({exc.__class__.__name__}); properties must be numbers. "
-                "Drop the column or fix its values."
-            ) from exc
-        props.append(
-            pl.DataFrame({"item_id": df["item_id"], "property": col, "value": values}).filter(
-                pl.col("value").is_not_null()
-            )
-        )
-    properties = pl.concat(props) if props else None
-    kwargs = {"properties": properties} if properties is not None else {}
-    return ProbeSet(name=name, items=items, origin=url, **kwargs)
+            df = pl.read_parquet(io.BytesIO(read_bytes(url, storage_options)))
+        except pl.exceptions.PolarsError as exc:
+            raise ProbeInputError(f"{url}: not a readable Parquet file ({exc}).") from exc
+        if df.height == 0:
+            raise ProbeInputError(f"{url}: no rows.")
+        return Columns(url, df.columns, {c: df[c].to_list() for c in df.columns}, None)
+    text = read_text(url, storage_options)
+    records = jsonl_records(text, url) if fmt in (".jsonl", ".ndjson") else csv_records(
+        text, url, "\t" if fmt == ".tsv" else ","
+    )
+    if not records:
+        raise ProbeInputError(f"{url}: no rows.")
+    names: list[str] = []
+    for _, r in records:
+        names.extend(k for k in r if k not in names)
+    values = {c: [r.get(c) for _, r in records] for c in names}
+    return Columns(url, names, values, [n for n, _ in records])
+
+
+def _constant_or(cols: Columns, col: str, default: str) -> list[str]:
+    if col in cols.values:
+        return [default if v is None or v == "" else v for v in cols.strings(col)]
+    return [default] * len(next(iter(cols.values.values())))
+
+
+def read_probe_file(
+    url: str,
+    name: str,
+    storage_options: dict | None = None,
+    *,
+    id_col: str = "item_id",
+    text_col: str = "text",
+    properties: dict[str, str] | None = None,
+    kind: str | None = None,
+    lang: str | None = None,
+) -> ProbeSet:
+    """Read a probe file into a validated :class:`ProbeSet` named ``name``.
+
+    Args:
+        url: local path or fsspec URL of a .csv, .tsv, .jsonl or .parquet file.
+        name: the probe set's name.
+        storage_options: fsspec options for ``url`` (S3 endpoint and credentials).
+        id_col, text_col: the columns holding item ids and texts (may be the same column).
+        properties: property name -> column; ``None`` takes every column other than the item
+            columns (``item_id``, ``text``, ``kind``, ``lang``, ``source``, ``id_col``, ``text_col``) under
+            its own name.
+        kind: kind of every item (overrides a ``kind`` column; default ``sentence``).
+        lang: language of every item (overrides a ``lang`` column; default ``und``).
+
+    Raises:
+        ProbeInputError: naming the file and the column, line or row at fault.
+    """
+    cols = read_columns(url, storage_options)
+    role = {id_col: "--id", text_col: "--text"}
+    ids = cols.strings(id_col, role[id_col] if id_col != "item_id" else "item id", integers=True)
+    texts = cols.strings(text_col, role[text_col] if text_col != "text" else "text")
+    if kind is not None and kind not in KINDS:
+        raise ProbeInputError(f"kind {kind!r} is not one of {sorted(KINDS)}.")
+    items = pl.DataFrame({
+        "item_id": pl.Series(ids, dtype=pl.String),
+        "text": pl.Series(texts, dtype=pl.String),
+        "kind": [kind] * len(ids) if kind else _constant_or(cols, "kind", "sentence"),
+        "lang": [lang] * len(ids) if lang else _constant_or(cols, "lang", "und"),
+        "source": _constant_or(cols, "source", url),
+    })
+    if properties is None:
+        skip = {*ITEM_COLUMNS, id_col, text_col}
+        properties = {c: c for c in cols.names if c not in skip}
+    frames = [
+        pl.DataFrame({"item_id": items["item_id"], "property": prop,
+                      "value": pl.Series(cols.numbers(col), dtype=pl.Float64)})
+        .filter(pl.col("value").is_not_null())
+        for prop, col in properties.items()
+    ]
+    kwargs = {"properties": pl.concat(frames)} if frames else {}
+    from pipeline.probes.frequency import with_zipf
+
+    return with_zipf(ProbeSet(name=name, items=items, origin=url, **kwargs))

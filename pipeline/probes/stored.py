@@ -1,0 +1,222 @@
+"""Probe sets kept under the storage root, data sets the project reads but does not ship, and the listing.
+
+* **Stored** sets live at ``<root>/probes/probe_set=<name>/{items,properties,relations}.parquet``:
+  every audited set is written there, and ``normaudit probes add`` registers the user's own data there,
+  so ``normaudit audit --probes <name>`` finds it later.
+* **External** sets (:data:`EXTERNAL`) have a built-in name and reader but data whose licence forbids
+  shipping it (or states none): they are read from the user's copy — a stored one if ``probes add``
+  registered it, else the conventional ``../shared/data`` folder beside the checkout.
+* **Formats** (:data:`FORMATS`) name the reader for ``probes add --format``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.probes.base import ITEM_SCHEMA, PROPERTY_SCHEMA, RELATION_SCHEMA, ProbeInputError, ProbeSet
+from pipeline.store import Store
+
+TABLES = {"items": ITEM_SCHEMA, "properties": PROPERTY_SCHEMA, "relations": RELATION_SCHEMA}
+
+
+def _read_table_file(url, name, storage_options=None, **opts):
+    from pipeline.probes.files import read_probe_file
+
+    return read_probe_file(url, name, storage_options, **opts)
+
+
+def _read_rating_norms(url, name, storage_options=None, **opts):
+    from pipeline.probes.ratings import read_rating_norms
+
+    return read_rating_norms(url, name, storage_options, **opts)
+
+
+def _read_label_counts(url, name, storage_options=None, **opts):
+    from pipeline.probes.annotations import read_label_distributions
+
+    return read_label_distributions(url, name, storage_options, **opts)
+
+
+def _read_beir(url, name, storage_options=None, **opts):
+    from pipeline.probes.retrieval import read_beir
+
+    return read_beir(url, name, storage_options=storage_options, **opts)
+
+
+# format -> (reader, options it accepts); the reader takes (url, name, storage_options, **options)
+FORMATS: dict[str, tuple[Callable[..., ProbeSet], frozenset[str]]] = {
+    "table": (_read_table_file, frozenset({"id_col", "text_col", "properties", "kind", "lang"})),
+    "rating-norms": (_read_rating_norms, frozenset({"lang"})),
+    "label-counts": (_read_label_counts, frozenset({"lang"})),
+    "beir": (_read_beir, frozenset({"split"})),
+}
+
+
+class ExternalSet(BaseModel):
+    """A probe set with a built-in reader whose data the user supplies (not redistributable here)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    format: str
+    shared_path: str  # relative to ../shared/data
+    terms: str
+    origin: str
+
+
+EXTERNAL: dict[str, ExternalSet] = {s.name: s for s in (
+    ExternalSet(name="brysbaert-concreteness", format="rating-norms",
+                shared_path="brysbaert_concreteness/brysbaert2014_concreteness.csv",
+                terms="CC BY-NC-ND 3.0 (as listed); not redistributed",
+                origin="Brysbaert, Warriner & Kuperman (2014), crr.ugent.be/archives/1330"),
+    ExternalSet(name="chaosnli-snli", format="label-counts", shared_path="chaosnli/chaosNLI_snli.jsonl",
+                terms="CC BY-NC 4.0; never copied into the project",
+                origin="ChaosNLI v1.0 (Nie, Zhou & Bansal 2020), github.com/easonnie/ChaosNLI"),
+    ExternalSet(name="chaosnli-mnli", format="label-counts", shared_path="chaosnli/chaosNLI_mnli_m.jsonl",
+                terms="CC BY-NC 4.0; never copied into the project",
+                origin="ChaosNLI v1.0 (Nie, Zhou & Bansal 2020), github.com/easonnie/ChaosNLI"),
+    ExternalSet(name="cranfield", format="beir", shared_path="cranfield",
+                terms="no licence stated (research use, cite Cleverdon 1967); not redistributed",
+                origin="Cranfield II collection, Glasgow IR group test collections"),
+)}
+
+
+def shared_data_dirs() -> list[Path]:
+    """Where ``../shared/data`` may be: beside the working directory, or beside this checkout."""
+    here = Path(__file__).resolve()
+    candidates = [Path.cwd().parent / "shared" / "data"]
+    if len(here.parents) > 3:
+        candidates.append(here.parents[3] / "shared" / "data")
+    return list(dict.fromkeys(c.resolve() for c in candidates))
+
+
+def external_path(spec: ExternalSet) -> Path | None:
+    """The user's copy of an external set in ``../shared/data``, or ``None``."""
+    for d in shared_data_dirs():
+        if (d / spec.shared_path).exists():
+            return d / spec.shared_path
+    return None
+
+
+def read_source(fmt: str, url: str, name: str, storage_options: dict | None = None, **options) -> ProbeSet:
+    """Read ``url`` with the reader of format ``fmt``; options it does not take are an error."""
+    if fmt not in FORMATS:
+        raise ProbeInputError(f"unknown probe format {fmt!r}; use one of {sorted(FORMATS)}.")
+    reader, accepted = FORMATS[fmt]
+    given = {k: v for k, v in options.items() if v is not None}
+    extra = sorted(set(given) - accepted)
+    if extra:
+        raise ProbeInputError(
+            f"format {fmt!r} takes no option {extra}; it takes {sorted(accepted) or 'none'}."
+        )
+    return reader(url, name, storage_options, **given)
+
+
+def load_external(spec: ExternalSet, store: Store | None) -> ProbeSet:
+    """An external set: the stored copy if there is one, else the user's copy in ``../shared/data``."""
+    if store is not None:
+        stored = read_stored(store, spec.name)
+        if stored is not None:
+            return stored
+    path = external_path(spec)
+    if path is None:
+        raise ProbeInputError(
+            f"probe set {spec.name!r} is not shipped with normaudit ({spec.terms}): get it from "
+            f"{spec.origin}, then register your copy with "
+            f"`normaudit probes add {spec.name} --from PATH --format {spec.format}` "
+            f"(or place it at ../shared/data/{spec.shared_path})."
+        )
+    return read_source(spec.format, str(path), spec.name)
+
+
+def stored_names(store: Store) -> list[str]:
+    """Names of the probe sets stored under the root."""
+    found = store.glob("probes/probe_set=*/items.parquet")
+    return sorted(p.split("/")[1].removeprefix("probe_set=") for p in found)
+
+
+def read_stored(store: Store, name: str) -> ProbeSet | None:
+    """The probe set stored under the root as ``name``, or ``None``."""
+    d = store.probes_dir(name)
+    if not store.exists(f"{d}/items.parquet"):
+        return None
+    frames = {}
+    for table, schema in TABLES.items():
+        rel = f"{d}/{table}.parquet"
+        frames[table] = (pl.from_arrow(store.read_table(rel, columns=list(schema))) if store.exists(rel)
+                         else pl.DataFrame(schema=schema))
+    return ProbeSet(name=name, items=frames["items"], properties=frames["properties"],
+                    relations=frames["relations"], origin=store.url(d))
+
+
+def _same(a: ProbeSet, b: ProbeSet) -> bool:
+    return all(getattr(a, t).equals(getattr(b, t)) for t in TABLES)
+
+
+def add_probe_set(
+    store: Store, name: str, url: str, fmt: str | None = None, storage_options: dict | None = None,
+    replace: bool = False, **options,
+) -> ProbeSet:
+    """Read, validate and store the user's data as probe set ``name`` (nothing is written on an error).
+
+    ``fmt`` defaults to the external set's format for an external name, else ``table``. Re-adding the
+    same data is a no-op; different data under a stored name needs ``replace=True``.
+    """
+    from pipeline.probes import BUILTIN, write_probe_tables
+    from pipeline.probes.templates import split_template
+
+    if name in BUILTIN:
+        raise ProbeInputError(f"{name!r} is a built-in probe set; choose another name.")
+    if split_template(name) is not None:
+        raise ProbeInputError(f"{name!r} ends in a template name (@...); choose another name.")
+    fmt = fmt or (EXTERNAL[name].format if name in EXTERNAL else "table")
+    ps = read_source(fmt, url, name, storage_options, **options)
+    old = read_stored(store, name)
+    if old is not None and not replace and not _same(old, ps):
+        raise ProbeInputError(
+            f"probe set {name!r} is already stored at {old.origin} with other data; pass --replace to "
+            "replace it (embeddings of earlier audits are kept; audit the new data under a new --release)."
+        )
+    write_probe_tables(store, ps)
+    return ps
+
+
+def summarize(ps: ProbeSet, status: str) -> dict:
+    """One ``list_probe_sets`` row: counts per kind and per relation, and the property names."""
+    kinds = ps.items.group_by("kind").len().sort("kind")
+    rels = ps.relations.group_by("relation").len().sort("relation")
+    return {
+        "probe_set": ps.name, "status": status, "items": ps.items.height,
+        "kinds": ", ".join(f"{k} {n}" for k, n in kinds.iter_rows()),
+        "properties": ", ".join(sorted(set(ps.properties["property"].to_list()))),
+        "relations": ", ".join(f"{r} {n}" for r, n in rels.iter_rows()),
+    }
+
+
+def list_probe_sets(store: Store) -> pl.DataFrame:
+    """Every probe set: built-in, external (stored or found in ``../shared/data``) and stored under the root.
+
+    Columns: ``probe_set``, ``status``, ``items``, ``kinds``, ``properties``, ``relations`` (counts per kind
+    and per relation).
+    """
+    from pipeline.probes import BUILTIN
+
+    stored = set(stored_names(store))
+    rows = [summarize(load(), "built-in" + (", stored" if name in stored else ""))
+            for name, load in BUILTIN.items()]
+    for name, spec in EXTERNAL.items():
+        if name in stored:
+            rows.append(summarize(read_stored(store, name), "external, stored"))
+        elif (path := external_path(spec)) is not None:
+            rows.append(summarize(load_external(spec, None), f"external, not stored (read from {path})"))
+        else:
+            rows.append({"probe_set": name, "status": f"external, not available ({spec.terms})",
+                         "items": None, "kinds": "", "properties": "", "relations": ""})
+    for name in sorted(stored - set(BUILTIN) - set(EXTERNAL)):
+        rows.append(summarize(read_stored(store, name), "stored"))
+    return pl.DataFrame(rows, schema={"probe_set": pl.String, "status": pl.String, "items": pl.Int64,
+                                      "kinds": pl.String, "properties": pl.String, "relations": pl.String})
