@@ -54,6 +54,25 @@ def test_token_zipf_keeps_whole_words_only(tokens, words):
     assert whole_word("##ing", "wordpiece") is None and whole_word("[SEP]", "wordpiece") is None
 
 
+def test_token_properties_are_written_beside_token_norms_and_viewed(tmp_path):
+    from pipeline.catalog import open_catalog
+    from pipeline.steps import write_token_properties
+
+    store = Store(str(tmp_path))
+    d = store.token_norms_dir("m", "r")
+    con = open_catalog(store)
+    assert con.execute("select count(*) from token_properties").fetchone()[0] == 0  # empty view, right columns
+    norms = pl.DataFrame({"model": "m", "release": "r", "token_id": [0, 1, 2, 3],
+                          "token": ["[CLS]", "dog", "##s", "a"], "norm": [1.0, 2.0, 3.0, 4.0]})
+    store.write_table(f"{d}/part-0.parquet", norms.to_arrow())  # a root written before token_properties existed
+    assert write_token_properties(store, "m", "r") == 2
+    assert write_token_properties(store, "m", "r") == 0  # once per release
+    rows = open_catalog(store).execute(
+        "select n.token, p.property, p.value from token_properties p "
+        "join token_norms n using (model, release, token_id) order by n.token").fetchall()
+    assert rows == [("a", "zipf", zipf_frequency("a", "en")), ("dog", "zipf", zipf_frequency("dog", "en"))]
+
+
 def test_word_items_of_a_user_file_get_zipf_unless_given(tmp_path):
     path = tmp_path / "w.csv"
     path.write_text("item_id,text,zipf\na,dog,\nb,cat,1.5\nc,qzxqzxv,\n")

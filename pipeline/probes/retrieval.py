@@ -11,7 +11,7 @@ Conventions (both): item ids are ``q:<query id>`` (kind ``query``) and ``d:<doc 
 ids are unique across the two; ``probe_relations`` rows are ``(left_id = query item id, right_id = doc
 item id, relation, value = relevance grade)`` with relation ``relevant`` for grades > 0 and
 ``not_relevant`` for judged-irrelevant pairs (grade <= 0, BEIR's convention), so ``relation = 'relevant'``
-alone selects the positives. Queries carry the property ``n_relevant``.
+alone selects the positives. BEIR queries carry the property ``n_relevant``.
 
 Items are ordered query by query — each query, then its relevant documents not listed yet — and the
 remaining documents last, so ``--limit N`` embeds queries together with their answers.
@@ -154,7 +154,8 @@ def _retrieval_set(name: str, queries: dict[str, str], docs: dict[str, str], rel
         pl.col("left_id").alias("item_id"), pl.lit("n_relevant").alias("property"),
         pl.col("len").cast(pl.Float64).alias("value"),
     )
-    props = [n_rel] if doc_properties is None else [n_rel, doc_properties]
+    # a reverse-dictionary query always has one answer: a constant property would only add empty statistics
+    props = [n_rel] if doc_properties is None else [doc_properties]
     return ProbeSet(name=name, items=items, properties=pl.concat(props), relations=relations, origin=source)
 
 
@@ -174,7 +175,7 @@ def load_reverse_dictionary() -> ProbeSet:
     the one relevant document is the lemma itself. Dropped: lemmas whose definition contains the lemma
     as a word (the answer would be in the query), and lemmas that share their first-sense definition
     with another lemma (synonyms: a query would have several right answers). Documents carry the
-    ``wordnet-nouns`` properties (``zipf``, ``min_depth``, ...), queries ``n_relevant`` (= 1).
+    ``wordnet-nouns`` properties (``zipf``, ``min_depth``, ...); queries have none.
     """
     from pipeline.probes.wordnet import PROPERTIES, SOURCE, load_wordnet_nouns
 
