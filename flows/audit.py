@@ -145,6 +145,7 @@ def audit_release(
             settings, model_name, release, run.run_id, AlertThresholds(**(thresholds or {})))
         timings["compare"] = time.perf_counter() - t
         run.status = "alerted" if summary.alerts.height else "completed"
+        tasks.clean_staging(settings, run.run_id)
     except BaseException as exc:
         run.status, run.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         raise

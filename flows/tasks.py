@@ -106,3 +106,11 @@ def compare_with_previous(settings, model: str, release: str, run_id: str, thres
 def find_new_releases(settings, watched):
     """List the releases of a watched model that have not been audited yet."""
     return steps.find_new_releases(settings, watched)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def clean_staging(settings, run_id: str):
+    """Remove the run's (now empty) staging folder once every shard is committed."""
+    from pipeline.store import open_store
+
+    open_store(settings).rm(f"staging/{run_id}", recursive=True)

@@ -82,6 +82,16 @@ def test_external_scheduler_gives_same_results_as_local(tmp_path, tiny_model_dir
     remote = run_audit(remote_settings, str(tiny_model_dir), [words_csv], release="r",
                        overrides={"root": remote_root, "dask_address": external_cluster, **common})
     assert remote.embedded_items == local.embedded_items == {"words": 240}
+    # eight shards over two workers, yet each worker process loaded the model once
+    from distributed import Client
+
+    def loaded_models():
+        from pipeline.embed import _EMBEDDERS
+
+        return len(_EMBEDDERS)
+
+    with Client(external_cluster) as client:
+        assert sorted(client.run(loaded_models).values()) in ([0, 1], [1, 1])
     assert _rows(remote_root) == _rows(local_root)
     keys = ["probe_set", "property", "statistic"]
     assert remote.results.sort(keys).select([*keys, "n"]).equals(local.results.sort(keys).select([*keys, "n"]))
