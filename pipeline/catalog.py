@@ -7,6 +7,8 @@ quarantined or half-written part can never be read.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from pipeline.store import Store
@@ -62,6 +64,7 @@ GLOBS = {
 }
 
 ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
+_EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(analy[sz]e\s+|\([^)]*\)\s*)?", re.IGNORECASE)
 
 
 class ReadOnlyError(PermissionError):
@@ -85,13 +88,23 @@ def _file_view(con: duckdb.DuckDBPyConnection, name: str, urls: list[str]) -> No
     )
 
 
-def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one view per table of DESIGN.md's data model."""
+def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
+                 verify: str | None = "size") -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per table of DESIGN.md's data model.
+
+    ``verify`` checks committed parts against their manifests first and raises
+    :class:`~pipeline.store.CorruptPartError` naming the file: ``"size"`` (default; one listing),
+    ``"sha256"`` (reads every byte) or ``None`` (skip). See :mod:`pipeline.verify`.
+    """
     con = con or duckdb.connect(":memory:")
     if not store.is_local:
         con.register_filesystem(store.fs)
     for name, pattern in GLOBS.items():
         _file_view(con, name, [store.url(p) for p in store.glob(pattern)])
+    if verify:
+        from pipeline.verify import raise_if_corrupt, verify_root
+
+        raise_if_corrupt(store, verify_root(store, verify).problems)
     _file_view(con, "embeddings", store.committed_part_urls())
     return con
 
@@ -112,6 +125,18 @@ def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
                 f"({str(st.query).strip()[:60]!r}). Only SELECT (and EXPLAIN) run here; "
                 "to change stored data, run an audit."
             )
+        if kind == "EXPLAIN":
+            # EXPLAIN ANALYZE executes its statement (EXPLAIN ANALYZE COPY ... TO writes the file): check it too
+            inner = _EXPLAIN_PREFIX.sub("", str(st.query), count=1)
+            try:
+                if inner == str(st.query):
+                    raise ValueError("no statement after EXPLAIN")
+                check_read_only(con, inner)
+            except ValueError as exc:
+                raise ReadOnlyError(
+                    f"refused: cannot tell what this EXPLAIN would run ({exc}); write it as "
+                    "EXPLAIN [ANALYZE] SELECT ..."
+                ) from exc
 
 
 def run_read_only(store: Store, query: str):

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.shards import Shard, committed_item_ids, merge_part
-from pipeline.store import Manifest, PartInfo, Store
+from pipeline.store import Manifest, PartInfo, StorageError, Store, sha256_bytes
 
 
 @dataclass
@@ -62,24 +64,6 @@ def stage_part(store: Store, run_id: str, model: str, release: str, shard: Shard
     return StagedPart(model, release, shard.probe_set, shard.shard_id, shard.start, rel, rows, digest)
 
 
-def check_part(store: Store, part: StagedPart, expected_ids: list[str], dim: int) -> list[str]:
-    """Basic invariants of a staged part; returns the list of failures (empty when it passes)."""
-    t = store.read_table(part.staged)
-    failures = []
-    ids = t["item_id"].to_pylist()
-    if ids != expected_ids:
-        failures.append(f"item ids differ from the shard's ({len(ids)} rows, {len(expected_ids)} expected)")
-    norms = t["norm"].to_numpy()
-    bad = ~np.isfinite(norms) | (norms <= 0)
-    if bad.any():
-        examples = np.array(ids)[bad][:5].tolist()
-        failures.append(f"norm not finite or not > 0 for {int(bad.sum())} items, e.g. {examples}")
-    vec = t["vector"].combine_chunks()
-    if vec.type.list_size != dim:
-        failures.append(f"vector length {vec.type.list_size} != model dimension {dim}")
-    return failures
-
-
 def quarantine_part(store: Store, run_id: str, part: StagedPart, report: dict) -> str:
     """Move a failed part and its validation report to ``quarantine/``; returns the folder."""
     folder = f"quarantine/{run_id}/{part.probe_set}"
@@ -106,8 +90,15 @@ def commit_part(store: Store, part: StagedPart, template: Manifest) -> Manifest:
     committed = committed_item_ids(store, manifest)
     file = f"part-{part.shard_id}.parquet"
     store.move(part.staged, f"{d}/{file}")
-    ids = set(store.read_table(f"{d}/{file}", columns=["item_id"])["item_id"].to_pylist())
-    dropped = merge_part(manifest, PartInfo(part.shard_id, file, part.rows, part.sha256, part.start), ids, committed)
+    # read back after the move: the manifest must record the bytes readers will find (a retried
+    # move on S3 could otherwise leave an older file in place)
+    data = store.read_bytes(f"{d}/{file}")
+    if sha256_bytes(data) != part.sha256:
+        raise StorageError(f"{store.url(d, file)} does not hold the validated bytes after the move from "
+                           f"{part.staged}; nothing was committed. Rerun the audit.")
+    ids = set(pq.read_table(io.BytesIO(data), columns=["item_id"])["item_id"].to_pylist())
+    info = PartInfo(part.shard_id, file, part.rows, part.sha256, part.start, size=len(data))
+    dropped = merge_part(manifest, info, ids, committed)
     store.write_manifest(manifest)
     for f in dropped:  # only after the manifest no longer lists them
         store.rm(f"{d}/{f}")

@@ -7,12 +7,17 @@ is replaced in one atomic step (rename on a local disk, a single PUT on S3).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import logging
+import os
 import posixpath
+import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,11 +27,23 @@ import pyarrow.parquet as pq
 
 from pipeline.names import check_name
 
+log = logging.getLogger(__name__)
 MANIFEST = "_manifest.json"
+# Attempts and first delay of the backoff around remote storage calls. s3fs and botocore already retry
+# each request a few times; this outer loop also covers errors they give up on (a dropped connection
+# after their last attempt, a 503 burst) and makes multi-request steps (copy + delete) idempotent.
+RETRY_ATTEMPTS = 6
+RETRY_FIRST_DELAY_S = 0.2
+_TRANSIENT_ERRNOS = {errno.EBUSY, errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
+                     errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", 121)}
 
 
 class StorageError(RuntimeError):
     """The storage root cannot be used; the message says which root and what to do."""
+
+
+class CorruptPartError(StorageError):
+    """A committed file's bytes differ from the sha256 (or size) its manifest recorded."""
 
 
 @dataclass
@@ -38,6 +55,7 @@ class PartInfo:
     rows: int
     sha256: str
     start: int = 0  # offset of the shard's first item in the probe set's stable order
+    size: int | None = None  # bytes; None in manifests written before sizes were recorded
 
 
 @dataclass
@@ -116,12 +134,76 @@ class Store:
                 "or pass another --root."
             ) from exc
 
+    # ---------- retries ----------
+    def retry(self, fn: Callable, what: str):
+        """Call ``fn()``; on a remote root retry transient errors with exponential backoff and jitter."""
+        if self.is_local:
+            return fn()
+        delay = RETRY_FIRST_DELAY_S
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return fn()
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                if attempt == RETRY_ATTEMPTS or not _transient(exc):
+                    raise
+                log.warning("storage: %s failed (%s), retry %d of %d", what, type(exc).__name__, attempt,
+                            RETRY_ATTEMPTS - 1)
+                # jitter: many workers retrying in step would hit a throttled endpoint together again
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     # ---------- bytes ----------
     def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
+        return self.retry(lambda: self.fs.exists(self.path(rel)), f"exists {rel}")
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.fs.cat_file(self.path(rel))
+        return self.retry(lambda: self.fs.cat_file(self.path(rel)), f"read {rel}")
+
+    def read_verified(self, rel: str, sha256: str, size: int | None = None) -> bytes:
+        """The bytes of a committed file, checked against its manifest's sha256 (and size)."""
+        data = self.read_bytes(rel)
+        if (size is not None and len(data) != size) or sha256_bytes(data) != sha256:
+            raise CorruptPartError(
+                f"{self.url(rel)} is corrupt: its bytes ({len(data)}) do not match the sha256 its manifest "
+                f"recorded ({sha256[:12]}…). Run `normaudit verify --root {self.root_url} --repair` to "
+                "quarantine it and drop it from the manifest; the next audit of that release re-embeds it."
+            )
+        return data
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` with ``data`` only if it does not exist; True if this call created it.
+
+        Local roots use ``link(2)`` of a complete temporary file (atomic, fails if the name exists);
+        S3 uses a conditional PUT (``If-None-Match: *``).
+        """
+        dest = self.path(rel)
+        if self.is_local:
+            parent = posixpath.dirname(dest)
+            os.makedirs(parent, exist_ok=True)
+            tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            try:
+                os.link(tmp, dest)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        attempts = 0
+
+        def put() -> bool:
+            nonlocal attempts
+            attempts += 1
+            try:
+                self.fs.pipe_file(dest, data, mode="create")
+                return True
+            except FileExistsError:
+                # an earlier attempt may have landed with its response lost: then the object is ours
+                return attempts > 1 and self.fs.cat_file(dest) == data
+
+        return self.retry(put, f"create {rel}")
 
     def write_bytes_atomic(self, rel: str, data: bytes) -> None:
         """Write so that readers see the old content or the new one, never a torn file."""
@@ -133,20 +215,35 @@ class Store:
             self.fs.pipe_file(tmp, data)
             self.fs.mv(tmp, dest)  # rename(2): atomic on one filesystem
         else:
-            self.fs.pipe_file(dest, data)  # one PUT: atomic on S3
+            self.retry(lambda: self.fs.pipe_file(dest, data), f"write {rel}")  # one PUT: atomic on S3
 
     def move(self, src_rel: str, dest_rel: str) -> None:
+        src, dest = self.path(src_rel), self.path(dest_rel)
         if self.is_local:
-            self.fs.makedirs(posixpath.dirname(self.path(dest_rel)), exist_ok=True)
-        self.fs.mv(self.path(src_rel), self.path(dest_rel))
+            self.fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+            self.fs.mv(src, dest)
+            return
+
+        def copy_then_delete() -> None:
+            try:
+                self.fs.copy(src, dest)
+            except FileNotFoundError:
+                # a previous attempt copied and deleted, and only its response was lost;
+                # callers that need the content check its sha256 (see parts.commit_part)
+                if self.fs.exists(dest):
+                    return
+                raise
+            self.fs.rm_file(src)
+
+        self.retry(copy_then_delete, f"move {src_rel}")
 
     def rm(self, rel: str, recursive: bool = False) -> None:
-        if self.fs.exists(self.path(rel)):
-            self.fs.rm(self.path(rel), recursive=recursive)
+        if self.exists(rel):
+            self.retry(lambda: self.fs.rm(self.path(rel), recursive=recursive), f"remove {rel}")
 
     def glob(self, pattern: str) -> list[str]:
         """Relative paths under the root matching ``pattern``, sorted."""
-        hits = self.fs.glob(self.path(pattern))
+        hits = self.retry(lambda: self.fs.glob(self.path(pattern)), f"list {pattern}")
         prefix = self.base + "/"
         return sorted(h[len(prefix):] if h.startswith(prefix) else h for h in hits)
 
@@ -160,8 +257,11 @@ class Store:
         return table.num_rows, sha256_bytes(data)
 
     def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
-        with self.fs.open(self.path(rel), "rb") as fh:
-            return pq.read_table(fh, columns=columns)
+        def read() -> pa.Table:
+            with self.fs.open(self.path(rel), "rb") as fh:
+                return pq.read_table(fh, columns=columns)
+
+        return self.retry(read, f"read {rel}")
 
     # ---------- manifests ----------
     def read_manifest(self, model: str, release: str, probe_set: str) -> Manifest | None:
@@ -186,6 +286,19 @@ class Store:
             d = self.embeddings_dir(m.model, m.release, m.probe_set)
             urls.extend(self.url(d, p.file) for p in m.parts)
         return urls
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth retrying: connection and server-side errors, never a missing key or a refused permission."""
+    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                        NotADirectoryError)):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in _TRANSIENT_ERRNOS or exc.errno is None
+    # botocore/aiohttp transport errors that s3fs lets through once its own retries are spent
+    return type(exc).__module__.split(".")[0] in {"botocore", "aiobotocore", "aiohttp", "urllib3"}
 
 
 def _protocols(fs) -> tuple[str, ...]:

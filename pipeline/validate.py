@@ -1,0 +1,299 @@
+"""Great Expectations suites for every stored table, defined in code and versioned.
+
+Frames are validated at the storage boundary, one part or one table at a time (never a whole
+release): ``embeddings`` per staged part, ``token_norms`` before its part is written,
+``probe_items``/``probe_properties`` before a probe set is written. GX runs on pandas in an
+ephemeral context; values that are not plain columns (vector length, finiteness, unit length
+of ``vector / norm``, membership in the shard) are derived here with numpy first, so every
+rule is a stock GX expectation that Data Docs can render.
+
+Bump :data:`SUITE_VERSION` whenever an expectation changes: it is part of every suite name
+(``embeddings.v1``) and of every stored validation result, so a result says which rules it passed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SUITE_VERSION = 1
+TABLES = ("probe_items", "probe_properties", "embeddings", "token_norms")
+# |‖vector‖ / norm - 1| allowed. float32 vectors reproduce the norm to ~1e-7; float16 rounds each
+# component to 11 significant bits (relative error up to 2**-11 ≈ 4.9e-4), so it gets a looser bound.
+UNIT_TOLERANCE = {"float32": 1e-4, "float16": 2e-3}
+MAX_TEXT_CHARS = 100_000  # a "sane length": longer texts are almost surely a parsing accident
+PROPERTY_NAME = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+_FINITE_MAX = float(np.finfo(np.float64).max)  # pandas treats NaN as null; this bound also rejects ±inf
+_RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
+_ID_COLUMN = {"probe_items": "item_id", "probe_properties": "item_id", "embeddings": "item_id",
+              "token_norms": "token_id"}
+
+
+def suite_name(table: str) -> str:
+    """The versioned suite name of a table, e.g. ``embeddings.v1``."""
+    return f"{table}.v{SUITE_VERSION}"
+
+
+@dataclass
+class Failure:
+    """One failed expectation: its type, column, how many rows and a few offending ids."""
+
+    expectation: str
+    column: str | None
+    count: int | None
+    examples: list = field(default_factory=list)
+    observed: Any = None
+    error: str | None = None
+
+    def describe(self, limit: int = 5) -> str:
+        where = f"{self.expectation}({self.column})" if self.column else self.expectation
+        if self.error:
+            return f"{where} could not run: {self.error}"
+        if self.count is None:
+            return f"{where}: observed {self.observed!r}"
+        shown = self.examples[:limit]
+        return f"{where} failed for {self.count} rows, e.g. ids {shown}"
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of one suite on one frame, with the full GX result as JSON-ready dict."""
+
+    suite: str
+    success: bool
+    rows: int
+    failures: list[Failure]
+    result: dict
+
+    def summary(self, limit: int = 3) -> str:
+        """One line naming each failed expectation, its count and a few offending ids."""
+        return "; ".join(f.describe() for f in self.failures[:limit]) + (
+            f"; and {len(self.failures) - limit} more" if len(self.failures) > limit else "")
+
+
+class DataValidationError(ValueError):
+    """A frame failed its suite; ``report`` holds the GX result, the message says what failed."""
+
+    def __init__(self, message: str, report: ValidationReport):
+        super().__init__(message)
+        self.report = report
+
+
+# ---------------------------------------------------------------- the suites (data, in code)
+def _definitions(gxe) -> dict[str, list]:
+    """Every suite's expectations; ``{"$PARAMETER": ...}`` values are bound per frame."""
+    p = lambda name: {"$PARAMETER": name}  # noqa: E731 - reads better inline below
+
+    def partition():  # fresh instances: an expectation belongs to one suite
+        return [gxe.ExpectColumnValuesToBeInSet(column=c, value_set=p(f"{c}s")) for c in ("model", "release")]
+
+    return {
+        "probe_items": [
+            gxe.ExpectColumnValuesToNotBeNull(column="item_id"),
+            gxe.ExpectColumnValuesToBeUnique(column="item_id"),
+            gxe.ExpectColumnValuesToNotBeNull(column="text"),
+            gxe.ExpectColumnValuesToMatchRegex(column="text", regex=r"\S"),
+            gxe.ExpectColumnValueLengthsToBeBetween(column="text", min_value=1, max_value=MAX_TEXT_CHARS),
+            gxe.ExpectColumnValuesToBeInSet(column="kind", value_set=p("kinds")),
+            gxe.ExpectColumnValuesToBeInSet(column="probe_set", value_set=p("probe_sets")),
+            gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        ],
+        "probe_properties": [
+            gxe.ExpectColumnValuesToNotBeNull(column="item_id"),
+            gxe.ExpectColumnValuesToBeInSet(column="known_item", value_set=[True]),
+            gxe.ExpectColumnValuesToNotBeNull(column="property"),
+            gxe.ExpectColumnValuesToMatchRegex(column="property", regex=PROPERTY_NAME),
+            gxe.ExpectColumnValuesToBeInSet(column="property", value_set=p("properties")),
+            gxe.ExpectColumnValuesToNotBeNull(column="value"),
+            gxe.ExpectColumnValuesToBeBetween(column="value", min_value=-_FINITE_MAX, max_value=_FINITE_MAX),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["item_id", "property"]),
+            gxe.ExpectColumnValuesToBeInSet(column="probe_set", value_set=p("probe_sets")),
+        ],
+        "embeddings": [
+            *partition(),
+            gxe.ExpectColumnValuesToBeInSet(column="probe_set", value_set=p("probe_sets")),
+            gxe.ExpectColumnValuesToNotBeNull(column="item_id"),
+            gxe.ExpectColumnValuesToBeUnique(column="item_id"),
+            gxe.ExpectColumnValuesToBeInSet(column="in_shard", value_set=[True]),
+            gxe.ExpectTableRowCountToEqual(value=p("rows")),
+            gxe.ExpectColumnValuesToNotBeNull(column="norm"),
+            gxe.ExpectColumnValuesToBeBetween(column="norm", min_value=0, strict_min=True,
+                                              max_value=_FINITE_MAX),
+            gxe.ExpectColumnUniqueValueCountToBeBetween(column="norm", min_value=p("min_distinct_norms")),
+            gxe.ExpectColumnValuesToBeBetween(column="vector_length", min_value=p("dim"), max_value=p("dim")),
+            gxe.ExpectColumnValuesToBeInSet(column="vector_finite", value_set=[True]),
+            gxe.ExpectColumnValuesToBeBetween(column="unit_length", min_value=p("unit_min"),
+                                              max_value=p("unit_max")),
+            gxe.ExpectColumnValuesToNotBeNull(column="n_tokens"),
+            gxe.ExpectColumnValuesToBeBetween(column="n_tokens", min_value=1),
+            gxe.ExpectColumnValuesToNotBeNull(column="truncated"),
+        ],
+        "token_norms": [
+            *partition(),
+            gxe.ExpectColumnValuesToNotBeNull(column="token_id"),
+            gxe.ExpectColumnValuesToBeUnique(column="token_id"),
+            gxe.ExpectColumnValuesToBeBetween(column="token_id", min_value=0),
+            gxe.ExpectColumnValuesToNotBeNull(column="token"),
+            gxe.ExpectColumnValuesToNotBeNull(column="norm"),
+            # >= 0, not > 0: some models keep an all-zero padding row
+            gxe.ExpectColumnValuesToBeBetween(column="norm", min_value=0, max_value=_FINITE_MAX),
+            gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        ],
+    }
+
+
+def _new_context(gx, gxe):
+    """An ephemeral GX context holding every suite; returns (context, batch definitions, suites)."""
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    # progress bars would interleave with the audit's own progress on stderr
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_pandas("normaudit")
+    batches, suites = {}, {}
+    for table, expectations in _definitions(gxe).items():
+        asset = source.add_dataframe_asset(table)
+        batches[table] = asset.add_batch_definition_whole_dataframe(f"{table}-frame")
+        suite = gx.ExpectationSuite(name=suite_name(table), meta={"suite_version": SUITE_VERSION})
+        for e in expectations:
+            suite.add_expectation(e)
+        suites[table] = context.suites.add(suite)
+    return context, batches, suites
+
+
+class _GX:
+    """The process's GX context, suites and batch definitions (GX costs seconds to import: once)."""
+
+    lock = threading.RLock()  # GX contexts are not thread-safe; two flows may share a process
+    _instance: _GX | None = None
+
+    def __init__(self):
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
+
+        self.gx, self.gxe = gx, gxe
+        self.context, self.batches, self.suites = _new_context(gx, gxe)
+
+    def fresh_context(self):
+        """A new context with the suites and nothing else (Data Docs render everything a context holds)."""
+        return _new_context(self.gx, self.gxe)[0]
+
+    @classmethod
+    def get(cls) -> _GX:
+        with cls.lock:
+            if cls._instance is None:
+                cls._instance = _GX()
+            return cls._instance
+
+
+def suite_json(table: str) -> dict:
+    """A suite's definition as GX JSON (what Data Docs show and what :data:`SUITE_VERSION` versions)."""
+    return _GX.get().suites[table].to_json_dict()
+
+
+def run_suite(table: str, frame, params: dict, meta: dict | None = None) -> ValidationReport:
+    """Validate a pandas frame against ``table``'s suite with its ``$PARAMETER`` values bound."""
+    g = _GX.get()
+    id_col = _ID_COLUMN[table]
+    fmt = dict(_RESULT_FORMAT)
+    if id_col in frame.columns:  # name offending rows by their id, not their position
+        fmt["unexpected_index_column_names"] = [id_col]
+    with g.lock:
+        batch = g.batches[table].get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(g.suites[table], result_format=fmt, expectation_parameters=params)
+    out = result.to_json_dict()
+    out["meta"] = {**out.get("meta", {}), "normaudit": {"table": table, "suite_version": SUITE_VERSION,
+                                                         **(meta or {})}}
+    failures = [_failure(r, id_col) for r in out["results"] if not r["success"]]
+    return ValidationReport(suite_name(table), bool(out["success"]), len(frame), failures, out)
+
+
+def _failure(r: dict, id_col: str) -> Failure:
+    cfg, res = r["expectation_config"], r.get("result") or {}
+    column = cfg["kwargs"].get("column") or ",".join(cfg["kwargs"].get("column_list", [])) or None
+    exc = r.get("exception_info") or {}
+    if exc.get("raised_exception"):
+        return Failure(cfg["type"], column, None, error=str(exc.get("exception_message")))
+    if "unexpected_count" in res:
+        ids = [row.get(id_col) for row in res.get("partial_unexpected_index_list") or []]
+        ids = ids if any(i is not None for i in ids) else res.get("partial_unexpected_list", [])
+        return Failure(cfg["type"], column, int(res["unexpected_count"]), list(ids))
+    return Failure(cfg["type"], column, None, observed=res.get("observed_value"))
+
+
+# ---------------------------------------------------------------- frames at the storage boundary
+def embeddings_frame(table: pa.Table, expected_ids: list[str]):
+    """The columns the ``embeddings`` suite checks, with vector rules derived per row (float64)."""
+    import pandas as pd
+
+    n = table.num_rows
+    vec = table["vector"].combine_chunks()
+    if isinstance(vec, pa.ChunkedArray):  # an empty table has no chunks to combine
+        vec = pa.array([], type=vec.type)
+    lengths = pc.fill_null(pc.list_value_length(vec), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(vec).to_numpy(zero_copy_only=False).astype(np.float64)
+    rows = pc.list_parent_indices(vec).to_numpy(zero_copy_only=False)
+    bad = np.bincount(rows, weights=~np.isfinite(values), minlength=n) > 0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        squares = np.nan_to_num(values, nan=0, posinf=0, neginf=0) ** 2
+        l2 = np.sqrt(np.bincount(rows, weights=squares, minlength=n))
+        norms = table["norm"].to_numpy(zero_copy_only=False).astype(np.float64)
+        unit = l2 / norms
+    present = np.asarray(vec.is_valid()) & ~bad
+    expected = set(expected_ids)
+    ids = table["item_id"].to_pylist()
+    return pd.DataFrame({
+        "model": table["model"].to_pylist(), "release": table["release"].to_pylist(),
+        "probe_set": table["probe_set"].to_pylist(), "item_id": ids, "norm": norms,
+        "n_tokens": table["n_tokens"].to_pylist(), "truncated": table["truncated"].to_pylist(),
+        "vector_length": lengths, "vector_finite": present,
+        # rows with non-finite components are already named by vector_finite; keep them out of this rule
+        "unit_length": np.where(present, unit, 1.0), "in_shard": [i in expected for i in ids],
+    })
+
+
+def validate_embeddings(table: pa.Table, expected_ids: list[str], dim: int, vector_dtype: str,
+                        model: str, release: str, probe_set: str,
+                        meta: dict | None = None) -> ValidationReport:
+    """Run the ``embeddings`` suite on one part: the shard's ids once each, finite positive norms,
+    ``dim``-long finite vectors whose ``vector / norm`` has unit length, ``n_tokens >= 1``."""
+    tol = UNIT_TOLERANCE.get(vector_dtype, UNIT_TOLERANCE["float16"])
+    params = {"models": [model], "releases": [release], "probe_sets": [probe_set], "dim": dim,
+              "rows": len(expected_ids), "unit_min": 1 - tol, "unit_max": 1 + tol,
+              # one item cannot vary; two or more identical norms mean a constant (broken) output
+              "min_distinct_norms": 2 if len(expected_ids) > 1 else 1}
+    report = run_suite("embeddings", embeddings_frame(table, expected_ids), params, meta)
+    missing = sorted(set(expected_ids) - set(table["item_id"].to_pylist()))
+    if missing:
+        report.failures.append(Failure("shard item ids present", "item_id", len(missing), missing))
+        report.success = False
+    return report
+
+
+def validate_token_norms(table: pa.Table, model: str, release: str,
+                         meta: dict | None = None) -> ValidationReport:
+    """Run the ``token_norms`` suite: unique non-negative token ids, finite norms >= 0."""
+    return run_suite("token_norms", table.to_pandas(), {"models": [model], "releases": [release]}, meta)
+
+
+def validate_probe_tables(probe_set: str, items, properties, kinds, known_properties=None,
+                          meta: dict | None = None) -> list[ValidationReport]:
+    """Run the ``probe_items`` and ``probe_properties`` suites on a probe set's polars frames.
+
+    ``known_properties`` restricts property names (default: any well-formed name).
+    """
+    items_pd = items.to_pandas().assign(probe_set=probe_set)
+    props_pd = properties.to_pandas().assign(probe_set=probe_set)
+    ids = set(items["item_id"].to_list())
+    props_pd["known_item"] = [i in ids for i in props_pd["item_id"]]
+    present = set(props_pd["property"].dropna())
+    names = sorted(known_properties) if known_properties is not None else sorted(present)
+    return [
+        run_suite("probe_items", items_pd, {"kinds": sorted(kinds), "probe_sets": [probe_set]}, meta),
+        run_suite("probe_properties", props_pd, {"properties": names, "probe_sets": [probe_set]}, meta),
+    ]
