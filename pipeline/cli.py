@@ -9,9 +9,12 @@ from typing import Annotated
 
 import typer
 
+from pipeline.theory.cli import theory_app  # a sub-app: imports only typer
+
 app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True)
 probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True)
 app.add_typer(probes_app, name="probes")
+app.add_typer(theory_app, name="theory")
 
 
 def _register_release_commands() -> None:
