@@ -22,18 +22,25 @@ class FakeResult:
 
 
 def store_synthetic(store: Store, model: str, release: str, ps: ProbeSet, norms: np.ndarray, dim: int = 4,
-                    shard_size: int = 50, seed: int = 0) -> None:
-    """Commit embeddings with the given norms for ``ps`` via stage_part/commit_part."""
+                    shard_size: int = 50, seed: int = 0, n_tokens: np.ndarray | None = None,
+                    vectors: np.ndarray | None = None) -> None:
+    """Commit embeddings with the given norms for ``ps`` via stage_part/commit_part.
+
+    ``vectors`` (rows scaled to ``norms``) default to random directions; ``n_tokens`` defaults to 3.
+    """
     write_probe_tables(store, ps)
     rng = np.random.default_rng(seed)
-    directions = rng.normal(size=(len(norms), dim))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    vectors = (directions * norms[:, None]).astype(np.float32)
+    if vectors is None:
+        directions = rng.normal(size=(len(norms), dim))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        vectors = (directions * norms[:, None]).astype(np.float32)
+    dim = vectors.shape[1]
+    n_tokens = np.full(len(norms), 3) if n_tokens is None else np.asarray(n_tokens)
     fp = "f" * 64
     template = Manifest(model, release, ps.name, fp, {"pooling": "mean"}, dim, "float32")
     for shard in split_shards(ps.name, ps.items, fp, template.params, shard_size):
         sl = slice(shard.start, shard.start + shard.size)
-        res = FakeResult(vectors[sl], norms[sl], np.full(shard.size, 3), np.zeros(shard.size, bool))
+        res = FakeResult(vectors[sl], norms[sl], n_tokens[sl], np.zeros(shard.size, bool))
         part = stage_part(store, "run-x", model, release, shard, embeddings_table(model, release, shard, res))
         commit_part(store, part, template)
 

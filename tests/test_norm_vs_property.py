@@ -29,16 +29,17 @@ def synthetic_store(tmp_path):
     depth = rng.integers(2, 14, n).astype(float)  # many ties
     norms = 1.0 + 0.1 * zipf - 0.03 * depth + rng.normal(0, 0.05, n)
     norms[:5] = norms[5]  # tied norms too
+    n_tokens = 2 + (depth > 8) + rng.integers(0, 3, n)  # token counts that partly track depth
     store = Store(str(tmp_path / "root"))
     ps = word_probe_set("synth", n, {"zipf": zipf, "min_depth": depth})
-    store_synthetic(store, "m", "r1", ps, norms, shard_size=64)
+    store_synthetic(store, "m", "r1", ps, norms, shard_size=64, n_tokens=n_tokens)
     # a second release with other norms must not leak into r1's statistics
     store_synthetic(store, "m", "r2", ps, norms[::-1].copy(), shard_size=64)
-    return store, norms, zipf, depth
+    return store, norms, zipf, depth, n_tokens
 
 
 def test_spearman_and_partial_match_scipy(synthetic_store):
-    store, norms, zipf, depth = synthetic_store
+    store, norms, zipf, depth, _ = synthetic_store
     res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r1")
     got = {(r["property"], r["statistic"]): (r["value"], r["n"]) for r in res.iter_rows(named=True)}
     assert got[("min_depth", "spearman")][0] == pytest.approx(stats.spearmanr(norms, depth).statistic, abs=1e-9)
@@ -52,8 +53,40 @@ def test_spearman_and_partial_match_scipy(synthetic_store):
     assert abs(expected_partial - got[("min_depth", "spearman")][0]) > 0.05
 
 
+def test_pearson_log_norm_and_token_partial_match_scipy(synthetic_store):
+    store, norms, zipf, depth, n_tokens = synthetic_store
+    res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r1")
+    got = {(r["property"], r["statistic"]): r["value"] for r in res.iter_rows(named=True)}
+    for prop, values in (("min_depth", depth), ("zipf", zipf)):
+        assert got[(prop, "pearson_log_norm")] == pytest.approx(
+            stats.pearsonr(np.log(norms), values).statistic, abs=1e-9)
+        assert got[(prop, "partial_spearman_n_tokens")] == pytest.approx(
+            _partial_spearman(norms, values, n_tokens), abs=1e-9)
+    assert abs(got[("min_depth", "partial_spearman_n_tokens")] - got[("min_depth", "spearman")]) > 1e-3
+
+
 def test_release_scoping(synthetic_store):
-    store, norms, _, depth = synthetic_store
+    store, norms, _, depth, _ = synthetic_store
     res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r2")
     row = res.filter((res["property"] == "min_depth") & (res["statistic"] == "spearman")).row(0, named=True)
     assert row["value"] == pytest.approx(stats.spearmanr(norms[::-1], depth).statistic, abs=1e-9)
+    # r2 stores a constant token count: partialling it out is undefined, so it is not reported
+    assert "partial_spearman_n_tokens" not in res["statistic"].to_list()
+
+
+def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 120
+    zipf = rng.uniform(1, 7, n)
+    rating = rng.normal(size=n)
+    norms = 1 + 0.1 * zipf + 0.05 * rating + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    ps = word_probe_set("partial", n, {"rating_sd": rating})
+    # zipf for the first 90 items only
+    ps.properties = ps.properties.vstack(word_probe_set("partial", 90, {"zipf": zipf[:90]}).properties)
+    store_synthetic(store, "m", "r", ps, norms)
+    res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r")
+    got = {(r["property"], r["statistic"]): (r["value"], r["n"]) for r in res.iter_rows(named=True)}
+    assert got[("rating_sd", "spearman")] == pytest.approx((stats.spearmanr(norms, rating).statistic, n), abs=1e-9)
+    expected = _partial_spearman(norms[:90], rating[:90], zipf[:90])
+    assert got[("rating_sd", "partial_spearman_zipf")] == pytest.approx((expected, 90), abs=1e-9)

@@ -1,0 +1,150 @@
+"""sql/norm_vs_property_ci.sql against a numpy/scipy Poisson bootstrap drawn with the same weights (to 1e-9).
+
+The SQL header defines the weights (a seeded integer hash of replicate and item position, mapped to
+Poisson(1) counts). This test re-derives them with numpy from that definition and scipy's Poisson CDF,
+resamples with ``numpy.repeat``, recomputes each statistic with scipy, and takes ``numpy.quantile``: a
+second implementation of the whole method, sharing only the random numbers. Separately it checks that
+those random numbers behave like Poisson(1) draws, and that the intervals are of a sensible width.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline.analysis import run_query
+from pipeline.catalog import open_catalog
+from pipeline.store import Store
+from tests.helpers import store_synthetic, word_probe_set
+
+M32 = np.uint64(2**32)
+
+
+def _mix32(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) % M32
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) % M32
+    x ^= x >> np.uint64(16)
+    return x
+
+
+def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
+    """(resamples, n) weights as the SQL header defines them."""
+    b = np.arange(resamples, dtype=np.uint64)
+    keys = _mix32((np.uint64(seed) * np.uint64(2654435769) + b) % M32)
+    h = _mix32(keys[:, None] ^ np.arange(n, dtype=np.uint64)[None, :])
+    thresholds = np.floor(stats.poisson.cdf(np.arange(10), 1.0) * 2.0**32).astype(np.uint64)
+    return (h[:, :, None] >= thresholds[None, None, :]).sum(axis=2)
+
+
+def _partial(x, y, z):
+    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
+    design = np.column_stack([np.ones_like(rz), rz])
+    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
+    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
+    return stats.pearsonr(ex, ey).statistic
+
+
+def bootstrap_ci(weights, norms, values, zipf, n_tokens):
+    """Per statistic: (2.5%, 97.5%) quantiles of the replicate statistics, and how many were defined."""
+    reps = {"spearman": [], "pearson_log_norm": [], "partial_spearman_zipf": [], "partial_spearman_n_tokens": []}
+    for w in weights:
+        idx = np.repeat(np.arange(len(norms)), w)
+        x, y, z, t = norms[idx], values[idx], zipf[idx], n_tokens[idx]
+        reps["spearman"].append(stats.spearmanr(x, y).statistic)
+        reps["pearson_log_norm"].append(stats.pearsonr(np.log(x), y).statistic)
+        reps["partial_spearman_zipf"].append(_partial(x, y, z))
+        reps["partial_spearman_n_tokens"].append(_partial(x, y, t))
+    out = {}
+    for k, v in reps.items():
+        v = np.asarray(v)
+        v = v[np.isfinite(v)]
+        out[k] = (*np.quantile(v, [0.025, 0.975]), len(v))
+    return out
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    n = 150
+    zipf = np.round(rng.uniform(1, 7, n), 1)  # ~60 values: ranked row by row
+    depth = rng.integers(2, 14, n).astype(float)  # 12 values: ranked by grouping equal values
+    n_tokens = 2 + rng.integers(0, 3, n) + (depth > 9)
+    norms = 1.0 + 0.08 * zipf - 0.03 * depth + rng.normal(0, 0.06, n)
+    store = Store(str(tmp_path_factory.mktemp("ci") / "root"))
+    ps = word_probe_set("synth", n, {"zipf": zipf, "min_depth": depth})
+    store_synthetic(store, "m", "r1", ps, norms, n_tokens=n_tokens)
+    return store, norms, zipf, depth, n_tokens
+
+
+def _ci(store, **params):
+    res = run_query(open_catalog(store), "norm_vs_property_ci", model="m", release="r1", **params)
+    return {(r["property"], r["statistic"]): r for r in res.iter_rows(named=True)}
+
+
+def test_poisson_weights_behave_like_poisson_draws():
+    w = poisson_weights(seed=5, resamples=400, n=500)
+    counts = np.bincount(w.ravel(), minlength=6)[:6] / w.size
+    expected = stats.poisson.pmf(np.arange(6), 1.0)
+    assert np.abs(counts - expected).max() < 0.005
+    # no visible dependence between neighbouring items or replicates
+    assert abs(np.corrcoef(w[:, :-1].ravel(), w[:, 1:].ravel())[0, 1]) < 0.01
+    assert abs(np.corrcoef(w[:-1].ravel(), w[1:].ravel())[0, 1]) < 0.01
+
+
+def test_intervals_equal_numpy_bootstrap_with_the_same_weights(stored):
+    store, norms, zipf, depth, n_tokens = stored
+    resamples, seed = 1000, 424242
+    got = _ci(store, resamples=resamples, seed=seed)
+    weights = poisson_weights(seed, resamples, len(norms))  # items are stored in item_id order
+    for prop, values in (("min_depth", depth), ("zipf", zipf)):
+        expected = bootstrap_ci(weights, norms, values, zipf, n_tokens)
+        for statistic, (low, high, n_defined) in expected.items():
+            if prop == "zipf" and statistic == "partial_spearman_zipf":
+                assert (prop, statistic) not in got
+                continue
+            row = got[(prop, statistic)]
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (prop, statistic)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (prop, statistic)
+            assert row["n_resamples"] == n_defined == resamples
+
+
+def test_intervals_are_seeded_and_sensible(stored):
+    store, norms, zipf, depth, _ = stored
+    a = _ci(store, resamples=1000, seed=1)
+    again = _ci(store, resamples=1000, seed=1)
+    assert again.keys() == a.keys()
+    for key, row in a.items():  # same seed, same intervals (up to the order of parallel float sums)
+        assert again[key]["ci_low"] == pytest.approx(row["ci_low"], abs=1e-12)
+        assert again[key]["ci_high"] == pytest.approx(row["ci_high"], abs=1e-12)
+    b = _ci(store, resamples=1000, seed=2)
+    assert a[("min_depth", "spearman")]["ci_low"] != b[("min_depth", "spearman")]["ci_low"]
+    point = stats.spearmanr(norms, depth).statistic
+    row = a[("min_depth", "spearman")]
+    assert row["ci_low"] < point < row["ci_high"]
+    # the bootstrap width is close to the large-sample width of Spearman's rho (Bonett & Wright 2000)
+    se = np.sqrt((1 + point**2 / 2) / (len(norms) - 3)) * (1 - point**2)
+    assert 0.6 < (row["ci_high"] - row["ci_low"]) / (2 * 1.96 * se) < 1.6
+
+
+def test_partial_intervals_use_only_items_with_a_zipf(tmp_path):
+    rng = np.random.default_rng(2)
+    n = 80
+    zipf, rating = rng.uniform(1, 7, n), rng.normal(size=n)
+    norms = 1 + 0.1 * zipf + 0.1 * rating + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    ps = word_probe_set("p", n, {"rating_sd": rating})
+    ps.properties = ps.properties.vstack(word_probe_set("p", 60, {"zipf": zipf[:60]}).properties)
+    store_synthetic(store, "m", "r1", ps, norms)
+    got = _ci(store, resamples=1000, seed=9)
+    w = poisson_weights(9, 1000, n)
+    # the rank universe of the frequency control is the 60 items with a zipf; positions stay those of all 80
+    expected = bootstrap_ci(w[:, :60], norms[:60], rating[:60], zipf[:60], np.full(60, 3))
+    low, high, _ = expected["partial_spearman_zipf"]
+    assert got[("rating_sd", "partial_spearman_zipf")]["ci_low"] == pytest.approx(low, abs=1e-9)
+    assert got[("rating_sd", "partial_spearman_zipf")]["ci_high"] == pytest.approx(high, abs=1e-9)
+    low, high, _ = bootstrap_ci(w, norms, rating, np.zeros(n), np.full(n, 3))["spearman"]
+    assert got[("rating_sd", "spearman")]["ci_low"] == pytest.approx(low, abs=1e-9)
