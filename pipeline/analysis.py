@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -11,8 +12,24 @@ import polars as pl
 RESULT_COLUMNS = [
     "run_id", "analysis", "model", "release", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n",
 ]
-# Analyses an audit runs after embedding, in order.
-AUDIT_ANALYSES = ["norm_vs_property"]
+# Analyses an audit runs after embedding, in order. Each produces no rows where the stored data lacks
+# what it needs (no hypernym relations, no token table, no retrieval probe set).
+AUDIT_ANALYSES = [
+    "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
+    "retrieval_calibration", "norm_rescoring",
+]
+# Companion queries whose ci_low/ci_high are joined onto an analysis's rows by (probe_set, property, statistic).
+CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
+# Analyses reading the tables the retrieval search registers on the connection (pipeline/retrieval.py).
+RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "norm_rescoring"})
+# Parameters of the queries, bound where a query names them; callers may override any of them.
+DEFAULT_PARAMS = {
+    "resamples": 1000,  # bootstrap replicates of norm_vs_property_ci
+    "seed": 20240607,  # bootstrap seed: the same data and seed give the same intervals
+    "n_bins": 10,  # norm_by_bin: deciles
+    "zipf_tolerance": 0.25,  # hypernym_pairs: frequency-matched pairs differ by at most this much zipf
+}
+_CI_KEYS = ["probe_set", "property", "statistic"]
 
 
 def sql_dir() -> Path:
@@ -35,7 +52,8 @@ def load_sql(name: str) -> str:
 def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
     """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``)."""
     sql = load_sql(name)
-    used = {k: v for k, v in params.items() if f"${k}" in sql}
+    named = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    used = {k: v for k, v in params.items() if k in named}
     return con.sql(sql, params=used).pl()
 
 
@@ -45,4 +63,51 @@ def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
     for col, dtype in (("ci_low", pl.Float64), ("ci_high", pl.Float64)):
         if col not in out.columns:
             out = out.with_columns(pl.lit(None, dtype=dtype).alias(col))
-    return out.select(RESULT_COLUMNS).with_columns(pl.col("value").cast(pl.Float64), pl.col("n").cast(pl.Int64))
+    return out.select(RESULT_COLUMNS).with_columns(
+        pl.col("value").cast(pl.Float64), pl.col("ci_low").cast(pl.Float64), pl.col("ci_high").cast(pl.Float64),
+        pl.col("n").cast(pl.Int64), pl.col("property").cast(pl.String),
+    )
+
+
+def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release: str) -> None:
+    """Run the retrieval search once per connection and release; later calls reuse its tables."""
+    from pipeline.retrieval import register_retrieval_tables
+
+    done = con.execute(
+        "select count(*) from duckdb_tables() where table_name = 'retrieval_scope' and temporary"
+    ).fetchall()[0][0]
+    if done and con.execute(
+        "select count(*) from retrieval_scope where model = $model and release = $release",
+        {"model": model, "release": release},
+    ).fetchall()[0][0]:
+        return
+    register_retrieval_tables(con, model, release)
+    con.execute("create or replace temp table retrieval_scope as select $model as model, $release as release",
+                {"model": model, "release": release})
+
+
+def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str, run_id: str,
+                 **params) -> pl.DataFrame:
+    """One audit analysis as ``results`` rows: its query, with CIs from its companion query if any.
+
+    Args:
+        con: a catalog connection (``pipeline.catalog.open_catalog``).
+        name: an entry of :data:`AUDIT_ANALYSES` (any results-shaped query of ``sql/`` works).
+        model, release: what to analyse.
+        run_id: the run the rows are recorded under.
+        **params: overrides of :data:`DEFAULT_PARAMS` (e.g. ``resamples=200``).
+
+    Returns:
+        The rows in :data:`RESULT_COLUMNS`; empty when the stored data lacks what the analysis needs.
+    """
+    bound = {**DEFAULT_PARAMS, **params, "model": model, "release": release}
+    if name in RETRIEVAL_ANALYSES:
+        ensure_retrieval_tables(con, model, release)
+    frame = run_query(con, name, **bound)
+    if name in CI_QUERIES and frame.height:
+        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high"])
+        frame = frame.join(ci, on=_CI_KEYS, how="left")
+    for col, value in (("model", model), ("release", release)):
+        if col not in frame.columns:
+            frame = frame.with_columns(pl.lit(value, dtype=pl.String).alias(col))
+    return to_results(frame, run_id, name)

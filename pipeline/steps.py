@@ -11,7 +11,7 @@ import time
 import numpy as np
 import polars as pl
 
-from pipeline.analysis import AUDIT_ANALYSES, run_query, to_results
+from pipeline.analysis import AUDIT_ANALYSES, run_analysis
 from pipeline.catalog import open_catalog
 from pipeline.parts import StagedPart, commit_part, embeddings_table, stage_part
 from pipeline.probes import ProbeSet, load_probe_set, write_probe_tables
@@ -151,9 +151,10 @@ def run_analyses(settings: Settings, model: str, release: str, run_id: str) -> p
     con = open_catalog(store)
     frames = []
     for name in AUDIT_ANALYSES:
-        res = to_results(run_query(con, name, model=model, release=release), run_id, name)
-        write_results(store, run_id, name, res)
-        frames.append(res)
+        res = run_analysis(con, name, model, release, run_id)
+        if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
+            write_results(store, run_id, name, res)
+            frames.append(res)
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
