@@ -155,9 +155,16 @@ def test_prediction_beats_constant_heat(scored, kind, min_spearman):
         assert row["in_sample_spearman"] > row["spearman"]  # bookkeeping is easier than prediction
     if kind == "table":
         assert all(row["r2"] > 0.5 and row["missing_over_heat"] < 0.05 for row in rows)
+        # a free row has no drift: its effective decay is lambda itself
+        assert all(row["lambda_eff_over_lambda"] == pytest.approx(1.0, abs=1e-9) for row in rows)
     else:
-        # the encoder's measured r^2 balance has second-order terms the formula leaves out
+        # the encoder's measured r^2 balance has second-order terms the formula leaves out, and decay of
+        # the shared weights adds to each item's own
         assert all(row["missing_over_heat"] > 0.2 for row in rows)
+        assert all(row["lambda_eff_decay_over_lambda"] > 1.5 for row in rows)
+        for row in rows:
+            parts = row["lambda_eff_decay_over_lambda"] + row["lambda_eff_gradient_over_lambda"]
+            assert parts == pytest.approx(row["lambda_eff_over_lambda"], rel=1e-9)
 
 
 def test_broken_estimator_is_caught(world, scored, monkeypatch):

@@ -128,8 +128,11 @@ def train(
                 delta = {n: p - old[n] for n, p in zip(names, params, strict=True)}
                 # at the parameters *before* the step: where the update was computed
                 jz = model.jvp(ids, delta, at=old)
+                # the decay part of SGD's update alone (-eta*lambda*theta): splits d into decay and gradients
+                decay = {n: -cfg.lr * cfg.weight_decay * o for n, o in old.items()}
+                jz_decay = model.jvp(ids, decay, at=old)
                 z_after = model(ids)
-            tracker.update(step, z.detach(), jz, z_after)
+            tracker.update(step, z.detach(), jz, z_after, jz_decay)
         if on_checkpoint and step + 1 in checkpoint_steps:
             on_checkpoint(step + 1, model)
         if progress and (step + 1) % 500 == 0:

@@ -79,6 +79,7 @@ class Estimates:
     r2: np.ndarray  # mean r^2 before each step
     norm: np.ndarray  # mean r
     d: np.ndarray  # radial drift per step
+    d_decay: np.ndarray  # the part of d due to the weight-decay part of the update (0 for a free row)
     h: np.ndarray  # heat per step
     final_norm: np.ndarray  # norm after the half's last step
     lr: float
@@ -94,6 +95,11 @@ class Estimates:
         """Effective decay lambda - d / r^2: with it the equilibrium reads r^4 = eta h / (2 lambda_eff)."""
         return self.weight_decay - self.d / self.r2
 
+    @property
+    def lambda_eff_decay(self) -> np.ndarray:
+        """The part of :attr:`lambda_eff` that the decay of (shared) weights alone produces."""
+        return self.weight_decay - self.d_decay / self.r2
+
 
 class NormTracker:
     """Accumulates :func:`step_terms` and norms over the two halves of the measuring window."""
@@ -101,16 +107,18 @@ class NormTracker:
     def __init__(self, n_items: int, lr: float, weight_decay: float, start: int, stop: int) -> None:
         self.lr, self.weight_decay = lr, weight_decay
         self.start, self.mid, self.stop = start, start + (stop - start) // 2, stop
-        self._sums = np.zeros((2, 4, n_items))  # half x (r2, r, d, h) x item
+        self._sums = np.zeros((2, 5, n_items))  # half x (r2, r, d, h, d_decay) x item
         self._steps = np.zeros(2)
         self._final = np.zeros((2, n_items))
         self._balance = np.zeros((len(BALANCE_TERMS), n_items))
 
-    def update(self, step: int, z, jz, z_after) -> None:
-        """Add one measured step (tensors as in :func:`step_terms`)."""
+    def update(self, step: int, z, jz, z_after, jz_decay) -> None:
+        """Add one measured step (tensors as in :func:`step_terms`; ``jz_decay`` is the JVP along the
+        weight-decay part of the update alone)."""
         half = int(step >= self.mid)
         r2, d, h = step_terms(z, jz, z_after, self.lr, self.weight_decay)
-        self._sums[half] += np.stack([r2, np.sqrt(r2), d, h])
+        d_decay = (z * jz_decay).sum(1).double().numpy() / self.lr + self.weight_decay * r2
+        self._sums[half] += np.stack([r2, np.sqrt(r2), d, h, d_decay])
         self._steps[half] += 1
         self._final[half] = np.sqrt((z_after * z_after).sum(1).double().numpy())
         self._balance += _balance_terms(z, jz, z_after)
@@ -135,8 +143,8 @@ class NormTracker:
             sums, steps, final = self._sums[half], self._steps[half], self._final[half]
         if steps == 0:
             raise ValueError("no measured steps in this part of the window: lengthen the run or the window")
-        r2, r, d, h = sums / steps
-        return Estimates(r2, r, d, h, final, self.lr, self.weight_decay)
+        r2, r, d, h, d_decay = sums / steps
+        return Estimates(r2, r, d, d_decay, h, final, self.lr, self.weight_decay)
 
 
 def equilibrium_norm(d: np.ndarray, h: np.ndarray, lr: float, weight_decay: float) -> np.ndarray:

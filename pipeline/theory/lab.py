@@ -211,7 +211,8 @@ def summarize(settings: Settings, run: LabRun, identity: pl.DataFrame, sweep: pl
         return float(sub.median()) if sub.len() else float("nan")
 
     cols = ["r2", "spearman", "seed_r2", "seed_spearman", "persistence_spearman", "heat_only_spearman",
-            "const_heat_r2", "const_heat_spearman", "missing_over_heat", "lambda_eff_over_lambda"]
+            "const_heat_r2", "const_heat_spearman", "missing_over_heat", "lambda_eff_over_lambda",
+            "lambda_eff_decay_over_lambda", "lambda_eff_gradient_over_lambda"]
     base = sweep.filter(pl.col("label") == run.config.base_run().label()).row(0, named=True)
     out = {
         "run": run.config.run_name, "root": run.root, "folder": run.folder, "model": run.model,

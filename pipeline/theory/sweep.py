@@ -57,7 +57,12 @@ def score_run(world: World, res: TrainResult, other: TrainResult) -> dict:
                                          observed)),
         **_prefixed("persistence_", score(first.norm, observed)),
         **_prefixed("in_sample_", score(whole.predicted_norm(), whole.norm)),
-        "lambda_eff_over_lambda": float(np.median(whole.lambda_eff) / cfg.weight_decay),
+        # effective decay in units of lambda (item means, so the two parts add up to the total): what the
+        # decay of shared weights contributes, and what the other items' gradients add on top
+        "lambda_eff_over_lambda": float(whole.lambda_eff.mean() / cfg.weight_decay),
+        "lambda_eff_decay_over_lambda": float(whole.lambda_eff_decay.mean() / cfg.weight_decay),
+        "lambda_eff_gradient_over_lambda": float((whole.lambda_eff - whole.lambda_eff_decay).mean()
+                                                 / cfg.weight_decay),
         **{f"balance_{k}": v for k, v in balance.items()},
         # share of the measured r^2 balance the formula leaves out, relative to its heat term
         "missing_over_heat": (balance["radial_squared"] + balance["second_order"]) / balance["tangential"],
