@@ -10,7 +10,8 @@ import duckdb
 import polars as pl
 
 RESULT_COLUMNS = [
-    "run_id", "analysis", "model", "release", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n",
+    "run_id", "analysis", "model", "release", "probe_set", "property", "statistic",
+    "value", "ci_low", "ci_high", "n",
 ]
 # Analyses an audit runs after embedding, in order. Each produces no rows where the stored data lacks
 # what it needs (no hypernym relations, no token table, no retrieval probe set).
@@ -18,7 +19,8 @@ AUDIT_ANALYSES = [
     "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
     "retrieval_calibration", "norm_rescoring",
 ]
-# Companion queries whose ci_low/ci_high are joined onto an analysis's rows by (probe_set, property, statistic).
+# Companion queries whose ci_low/ci_high are joined onto an analysis's rows
+# by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
 # Analyses reading the tables the retrieval search registers on the connection (pipeline/retrieval.py).
 RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "norm_rescoring"})
@@ -64,7 +66,9 @@ def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
         if col not in out.columns:
             out = out.with_columns(pl.lit(None, dtype=dtype).alias(col))
     return out.select(RESULT_COLUMNS).with_columns(
-        pl.col("value").cast(pl.Float64), pl.col("ci_low").cast(pl.Float64), pl.col("ci_high").cast(pl.Float64),
+        pl.col("value").cast(pl.Float64),
+        pl.col("ci_low").cast(pl.Float64),
+        pl.col("ci_high").cast(pl.Float64),
         pl.col("n").cast(pl.Int64), pl.col("property").cast(pl.String),
     )
 

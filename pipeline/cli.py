@@ -35,6 +35,15 @@ def _register_quality_commands() -> None:
 
 _register_quality_commands()
 
+
+def _register_report_commands() -> None:
+    from pipeline.cli_report import report
+
+    app.command()(report)
+
+
+_register_report_commands()
+
 RootOpt = Annotated[
     str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")
 ]

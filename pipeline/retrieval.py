@@ -26,8 +26,12 @@ TOP_K = 10
 BATCH_SCORES = 1 << 25
 
 RANKING_SCHEMA = {
-    "probe_set": pl.String, "alpha": pl.Float64, "query_id": pl.String, "rank": pl.Int32,
-    "doc_id": pl.String, "score": pl.Float64,
+    "probe_set": pl.String,
+    "alpha": pl.Float64,
+    "query_id": pl.String,
+    "rank": pl.Int32,
+    "doc_id": pl.String,
+    "score": pl.Float64,
 }
 
 
@@ -54,16 +58,24 @@ def _matrix(vectors: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def load_retrieval_sets(con: duckdb.DuckDBPyConnection, model: str, release: str) -> list[RetrievalSet]:
     """Every probe set of the release that has both queries and documents embedded."""
-    table = con.sql(load_sql("retrieval_vectors"), params={"model": model, "release": release}).to_arrow_table()
+    table = con.sql(
+        load_sql("retrieval_vectors"), params={"model": model, "release": release}
+    ).to_arrow_table()
     sets = []
     for probe_set in sorted(set(table["probe_set"].to_pylist())):
         part = table.filter(pa.compute.equal(table["probe_set"], probe_set))
         q = part.filter(pa.compute.equal(part["kind"], "query"))
         d = part.filter(pa.compute.equal(part["kind"], "doc"))
-        sets.append(RetrievalSet(
-            probe_set, q["item_id"].to_pylist(), _matrix(q["vector"]),
-            d["item_id"].to_pylist(), _matrix(d["vector"]), d["norm"].to_numpy().astype(np.float64),
-        ))
+        sets.append(
+            RetrievalSet(
+                probe_set,
+                q["item_id"].to_pylist(),
+                _matrix(q["vector"]),
+                d["item_id"].to_pylist(),
+                _matrix(d["vector"]),
+                d["norm"].to_numpy().astype(np.float64),
+            )
+        )
     return sets
 
 
@@ -83,8 +95,13 @@ def _top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return top, top_scores
 
 
-def exact_topk(queries: np.ndarray, docs: np.ndarray, doc_norms: np.ndarray, k: int = TOP_K,
-               alphas: tuple[float, ...] = (0.0,)) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+def exact_topk(
+    queries: np.ndarray,
+    docs: np.ndarray,
+    doc_norms: np.ndarray,
+    k: int = TOP_K,
+    alphas: tuple[float, ...] = (0.0,),
+) -> dict[float, tuple[np.ndarray, np.ndarray]]:
     """Exact top-k documents per query for each scoring rule cos(q, d) * ||d||^alpha.
 
     Args:
@@ -105,14 +122,18 @@ def exact_topk(queries: np.ndarray, docs: np.ndarray, doc_norms: np.ndarray, k: 
     out = {a: (np.empty((len(qn), k), np.int64), np.empty((len(qn), k), np.float64)) for a in alphas}
     batch = max(1, BATCH_SCORES // max(1, docs.shape[0]))
     for start in range(0, len(qn), batch):
-        cos = qn[start:start + batch] @ dn.T
+        cos = qn[start : start + batch] @ dn.T
         for a in alphas:
             idx, sc = out[a]
-            idx[start:start + batch], sc[start:start + batch] = _top_rows(cos if a == 0.0 else cos * weights[a], k)
+            idx[start : start + batch], sc[start : start + batch] = _top_rows(
+                cos if a == 0.0 else cos * weights[a], k
+            )
     return out
 
 
-def retrieval_rankings(sets: list[RetrievalSet], k: int = TOP_K, alphas: tuple[float, ...] = ALPHAS) -> pl.DataFrame:
+def retrieval_rankings(
+    sets: list[RetrievalSet], k: int = TOP_K, alphas: tuple[float, ...] = ALPHAS
+) -> pl.DataFrame:
     """The ``retrieval_rankings`` rows (probe_set, alpha, query_id, rank, doc_id, score) of every set."""
     frames = []
     for rs in sets:
@@ -120,13 +141,19 @@ def retrieval_rankings(sets: list[RetrievalSet], k: int = TOP_K, alphas: tuple[f
             continue
         for alpha, (idx, scores) in exact_topk(rs.queries, rs.docs, rs.doc_norms, k, alphas).items():
             nq, kk = idx.shape
-            frames.append(pl.DataFrame({
-                "probe_set": rs.probe_set, "alpha": alpha,
-                "query_id": np.repeat(np.asarray(rs.query_ids, dtype=object), kk),
-                "rank": np.tile(np.arange(1, kk + 1, dtype=np.int32), nq),
-                "doc_id": np.asarray(rs.doc_ids, dtype=object)[idx.reshape(-1)],
-                "score": scores.reshape(-1),
-            }, schema=RANKING_SCHEMA))
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "probe_set": rs.probe_set,
+                        "alpha": alpha,
+                        "query_id": np.repeat(np.asarray(rs.query_ids, dtype=object), kk),
+                        "rank": np.tile(np.arange(1, kk + 1, dtype=np.int32), nq),
+                        "doc_id": np.asarray(rs.doc_ids, dtype=object)[idx.reshape(-1)],
+                        "score": scores.reshape(-1),
+                    },
+                    schema=RANKING_SCHEMA,
+                )
+            )
     return pl.concat(frames) if frames else pl.DataFrame(schema=RANKING_SCHEMA)
 
 

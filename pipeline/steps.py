@@ -181,3 +181,10 @@ def find_new_releases(settings: Settings, watched) -> list[tuple[str, str]]:
     hist = release_history(open_catalog(open_store(settings)), watched.name)
     audited = set(hist["fingerprint"].to_list()) | set(hist["release"].to_list())
     return discover_releases(watched, audited)
+
+
+def render_report(settings: Settings, model: str, release: str) -> str:
+    """Render the release's HTML report and the model's cross-release index; returns the report's URL."""
+    from pipeline.report import render_report as render
+
+    return render(open_store(settings), model, release)

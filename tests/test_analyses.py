@@ -52,7 +52,9 @@ def test_norm_by_bin_deciles_match_numpy(word_store):
 
 def test_norm_by_bin_one_bin_per_value_when_few(word_store):
     store, norms, _, depth = word_store
-    got = _bins(run_query(open_catalog(store), "norm_by_bin", model="m", release="r1", n_bins=10), "min_depth")
+    got = _bins(
+        run_query(open_catalog(store), "norm_by_bin", model="m", release="r1", n_bins=10), "min_depth"
+    )
     for b, value in enumerate(np.unique(depth), start=1):
         x = norms[depth == value]
         assert got[f"bin{b:02d}_low"][0] == got[f"bin{b:02d}_high"][0] == value
@@ -69,7 +71,9 @@ def _pairs_store(tmp_path, n_pairs=300, seed=8):
     norms = 1 - 0.05 * zipf + rng.normal(0, 0.03, n)
     ps = word_probe_set("pairs", n, {"zipf": zipf})
     ids = ps.items["item_id"].to_list()
-    relations = pl.DataFrame({"left_id": ids[0::2], "right_id": ids[1::2], "relation": "hypernym_of", "value": 1.0})
+    relations = pl.DataFrame(
+        {"left_id": ids[0::2], "right_id": ids[1::2], "relation": "hypernym_of", "value": 1.0}
+    )
     ps = ProbeSet(name="pairs", items=ps.items, properties=ps.properties, relations=relations)
     store = Store(str(tmp_path / "root"))
     store_synthetic(store, "m", "r1", ps, norms)
@@ -82,8 +86,10 @@ def test_hypernym_pairs_share_and_wilson_interval(tmp_path):
     got = {r["statistic"]: r for r in res.iter_rows(named=True)}
     greater = norms[1::2] > norms[0::2]
     matched = np.abs(zipf[1::2] - zipf[0::2]) <= 0.25
-    for statistic, mask in (("share_hyponym_norm_greater", np.ones_like(matched)),
-                            ("share_hyponym_norm_greater_zipf_matched", matched)):
+    for statistic, mask in (
+        ("share_hyponym_norm_greater", np.ones_like(matched)),
+        ("share_hyponym_norm_greater_zipf_matched", matched),
+    ):
         k, n = int(greater[mask].sum()), int(mask.sum())
         ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
         row = got[statistic]
@@ -92,7 +98,9 @@ def test_hypernym_pairs_share_and_wilson_interval(tmp_path):
         assert row["ci_low"] == pytest.approx(ci.low, abs=1e-9)
         assert row["ci_high"] == pytest.approx(ci.high, abs=1e-9)
     # matching on frequency changes the answer here: raw pairs mix the frequency effect in
-    assert got["share_hyponym_norm_greater"]["value"] != got["share_hyponym_norm_greater_zipf_matched"]["value"]
+    assert (
+        got["share_hyponym_norm_greater"]["value"] != got["share_hyponym_norm_greater_zipf_matched"]["value"]
+    )
 
 
 def test_token_norm_vs_frequency_matches_scipy(tmp_path):
@@ -101,14 +109,25 @@ def test_token_norm_vs_frequency_matches_scipy(tmp_path):
     zipf = rng.uniform(1, 7, len(words))
     store = Store(str(tmp_path / "root"))
     ps = word_probe_set("words", len(words), {"zipf": zipf})
-    ps.items = ps.items.with_columns(pl.Series("text", [w.capitalize() for w in words]))  # matched ignoring case
+    ps.items = ps.items.with_columns(
+        pl.Series("text", [w.capitalize() for w in words])
+    )  # matched ignoring case
     store_synthetic(store, "m", "r1", ps, np.ones(len(words)))
     # a WordPiece vocabulary: whole words, continuation pieces (never matched) and specials
     tokens = words[:120] + ["##" + w for w in words[120:]] + ["[CLS]", "unrelated"]
     token_norms = 2 - 0.1 * np.concatenate([zipf[:120], rng.uniform(1, 7, 32)]) + rng.normal(0, 0.1, 152)
-    store.write_table(f"{store.token_norms_dir('m', 'r1')}/part-0.parquet", pl.DataFrame({
-        "model": "m", "release": "r1", "token_id": np.arange(152), "token": tokens, "norm": token_norms,
-    }).to_arrow())
+    store.write_table(
+        f"{store.token_norms_dir('m', 'r1')}/part-0.parquet",
+        pl.DataFrame(
+            {
+                "model": "m",
+                "release": "r1",
+                "token_id": np.arange(152),
+                "token": tokens,
+                "norm": token_norms,
+            }
+        ).to_arrow(),
+    )
     res = run_query(open_catalog(store), "token_norm_vs_frequency", model="m", release="r1")
     got = {r["statistic"]: r for r in res.iter_rows(named=True)}
     x, z = token_norms[:120], zipf[:120]
@@ -122,11 +141,18 @@ def test_token_matching_for_sentencepiece_vocabularies(tmp_path):
     ps = word_probe_set("words", 4, {"zipf": np.array([5.0, 4.0, 3.0, 2.0])})
     ps.items = ps.items.with_columns(pl.Series("text", ["the", "cat", "sat", "mat"]))
     store_synthetic(store, "m", "r1", ps, np.ones(4))
-    store.write_table(f"{store.token_norms_dir('m', 'r1')}/part-0.parquet", pl.DataFrame({
-        "model": "m", "release": "r1", "token_id": np.arange(6),
-        "token": ["▁the", "▁cat", "▁sat", "▁mat", "cat", "the"],  # unmarked pieces are word-internal
-        "norm": [1.0, 2.0, 3.0, 4.0, 9.0, 9.0],
-    }).to_arrow())
+    store.write_table(
+        f"{store.token_norms_dir('m', 'r1')}/part-0.parquet",
+        pl.DataFrame(
+            {
+                "model": "m",
+                "release": "r1",
+                "token_id": np.arange(6),
+                "token": ["▁the", "▁cat", "▁sat", "▁mat", "cat", "the"],  # unmarked pieces are word-internal
+                "norm": [1.0, 2.0, 3.0, 4.0, 9.0, 9.0],
+            }
+        ).to_arrow(),
+    )
     res = run_query(open_catalog(store), "token_norm_vs_frequency", model="m", release="r1")
     row = res.filter(pl.col("statistic") == "spearman").row(0, named=True)
     assert (row["n"], row["value"]) == (4, pytest.approx(-1.0))

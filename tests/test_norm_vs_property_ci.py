@@ -50,7 +50,12 @@ def _partial(x, y, z):
 
 def bootstrap_ci(weights, norms, values, zipf, n_tokens):
     """Per statistic: (2.5%, 97.5%) quantiles of the replicate statistics, and how many were defined."""
-    reps = {"spearman": [], "pearson_log_norm": [], "partial_spearman_zipf": [], "partial_spearman_n_tokens": []}
+    reps = {
+        "spearman": [],
+        "pearson_log_norm": [],
+        "partial_spearman_zipf": [],
+        "partial_spearman_n_tokens": [],
+    }
     for w in weights:
         idx = np.repeat(np.arange(len(norms)), w)
         x, y, z, t = norms[idx], values[idx], zipf[idx], n_tokens[idx]
