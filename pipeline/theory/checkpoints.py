@@ -80,8 +80,12 @@ def export_checkpoint(model, tokens: list[str], out_dir: str | Path, step: int) 
     """
     import torch
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
     from transformers.utils import logging as hf_logging
+
+    try:  # sentence-transformers >= 6 moved the modules; the old path still works there, with a warning
+        from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+    except ImportError:  # pragma: no cover - sentence-transformers 3-5
+        from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
 
     target = Path(out_dir) / release_label(step)
     bars = hf_logging.is_progress_bar_enabled()
