@@ -88,11 +88,11 @@ def theory_lab(config: dict | None = None, overrides: dict | None = None) -> dic
     if cfg.checkpoints.audit and saved:
         # one cluster for every checkpoint: its workers import torch once, not once per release
         with early_local_cluster(settings) as scheduler_address:
-            overrides = {"root": settings.root, "dask_address": scheduler_address()}
+            audit_overrides = {"root": settings.root, "dask_address": scheduler_address()}
             for step in saved:
                 log.info("auditing checkpoint %s of %s", run.release(step), run.model)
-                run_audit(load_settings(**overrides), run.checkpoint_path(step), [run.probe_url],
-                          release=run.release(step), name=run.model, overrides=overrides,
+                run_audit(load_settings(**audit_overrides), run.checkpoint_path(step), [run.probe_url],
+                          release=run.release(step), name=run.model, overrides=audit_overrides,
                           thresholds=NO_ALERTS)
     checkpoints = collect_checkpoints(settings, run, items)
     seconds["checkpoint_audits"] = time.perf_counter() - t
