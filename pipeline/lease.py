@@ -97,6 +97,8 @@ def _gen_path(model: str, release: str, gen: int) -> str:
 
 def current_lease(store: Store, model: str, release: str) -> Lease | None:
     """The highest generation of the release's lease, or None if it was never taken."""
+    # another process may have written a generation since: never trust a cached listing here
+    store.fs.invalidate_cache(store.path(lease_dir(model, release)))
     for rel in reversed(store.glob(f"{lease_dir(model, release)}/*.json")):  # sorted: zero-padded generations
         try:
             return Lease(**json.loads(store.read_bytes(rel)))
