@@ -160,17 +160,6 @@ class Store:
     def read_bytes(self, rel: str) -> bytes:
         return self.retry(lambda: self.fs.cat_file(self.path(rel)), f"read {rel}")
 
-    def read_verified(self, rel: str, sha256: str, size: int | None = None) -> bytes:
-        """The bytes of a committed file, checked against its manifest's sha256 (and size)."""
-        data = self.read_bytes(rel)
-        if (size is not None and len(data) != size) or sha256_bytes(data) != sha256:
-            raise CorruptPartError(
-                f"{self.url(rel)} is corrupt: its bytes ({len(data)}) do not match the sha256 its manifest "
-                f"recorded ({sha256[:12]}…). Run `normaudit verify --root {self.root_url} --repair` to "
-                "quarantine it and drop it from the manifest; the next audit of that release re-embeds it."
-            )
-        return data
-
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` with ``data`` only if it does not exist; True if this call created it.
 

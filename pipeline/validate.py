@@ -51,6 +51,7 @@ class Failure:
     error: str | None = None
 
     def describe(self, limit: int = 5) -> str:
+        """E.g. ``expect_column_values_to_not_be_null(norm) failed for 3 rows, e.g. ids [...]``."""
         where = f"{self.expectation}({self.column})" if self.column else self.expectation
         if self.error:
             return f"{where} could not run: {self.error}"

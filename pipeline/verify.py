@@ -46,6 +46,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when no committed part differs from its manifest."""
         return not self.problems
 
 
