@@ -39,6 +39,7 @@ class AuditSummary:
     results: object = None
     alerts: object = None
     previous_release: str | None = None
+    report: str | None = None
     timings: dict = field(default_factory=dict)
 
 
@@ -153,6 +154,9 @@ def audit_release(
         tasks.close_release(settings, model_name, release, run.run_id)  # lease back; Data Docs built
         run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
         tasks.register_run(settings, run)
+    t = time.perf_counter()
+    summary.report = tasks.render_report(settings, model_name, release)  # after the run record: it shows it
+    timings["report"] = time.perf_counter() - t
     summary.timings = timings
     if summary.alerts.height:
         exc = ReleaseRegression(

@@ -114,3 +114,9 @@ def clean_staging(settings, run_id: str):
     from pipeline.store import open_store
 
     open_store(settings).rm(f"staging/{run_id}", recursive=True)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def render_report(settings, model: str, release: str):
+    """Render the release's HTML report (plots beside it) and the model's cross-release index."""
+    return steps.render_report(settings, model, release)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -10,6 +11,9 @@ from typing import Annotated
 import typer
 
 from pipeline.theory.cli import theory_app  # a sub-app: imports only typer
+
+# Great Expectations logs every ephemeral docs folder it creates at INFO: noise in a terminal.
+logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True)
 probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True)
@@ -136,6 +140,8 @@ def _print_summary(summary, timings: bool = False) -> None:
         else:
             console.print(f"[bold]{ps}[/]: embedded {n} items ({skipped} shards already committed)")
     res = summary.results
+    if res is not None and "analysis" in res.columns:  # the other analyses are in the report and `results`
+        res = res.filter(res["analysis"] == "norm_vs_property")
     table = Table(title=f"norm_vs_property — {summary.model} @ {summary.release}")
     for col in ("probe_set", "property", "statistic", "value", "n"):
         table.add_column(col, justify="right" if col in ("value", "n") else "left")
@@ -158,6 +164,8 @@ def _print_summary(summary, timings: bool = False) -> None:
         console.print(t)
     console.print(f"run {summary.run_id}; fingerprint {summary.fingerprint[:16]}…")
     console.print(f"data: {summary.root}")
+    if summary.report:
+        console.print(f"report: {summary.report}")
     console.print(f'query it: normaudit sql --root {summary.root} "select * from results"')
 
 

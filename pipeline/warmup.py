@@ -10,3 +10,6 @@ import transformers  # noqa: F401
 
 import pipeline.embed  # noqa: F401
 import pipeline.steps  # noqa: F401
+
+# A weight-loading progress bar per worker is noise in an audit's output.
+transformers.utils.logging.disable_progress_bar()
