@@ -38,7 +38,8 @@ STATISTIC_LABELS = {
     "delta_ndcg_at_10_vs_cosine": "nDCG@10 change vs cosine",
     "mean_selective_accuracy": "mean selective accuracy (0–1)",
 }
-COLOURS = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#6a4c93", "#00798c", "#8d6a9f", "#4d4d4d"]
+# matplotlib's tab10, which stays distinguishable for the eight lines a trend plot shows at most
+COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
 def property_label(prop: str) -> str:
@@ -78,9 +79,11 @@ def hexbin(
     if len(x) >= 400:
         hb = ax.hexbin(x, y, gridsize=45, mincnt=1, bins="log", cmap="viridis")
         bar = fig.colorbar(hb, ax=ax, label="items per cell (log scale)")
-        plain = FuncFormatter(lambda v, _: f"{v:g}")
-        bar.ax.yaxis.set_major_formatter(plain)
-        bar.ax.yaxis.set_minor_formatter(plain)
+        # label 1, 2, 5, 10, 20, 50, ... only: every minor tick labelled would overlap
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        bar.ax.yaxis.set_minor_formatter(
+            FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else "")
+        )
     else:
         ax.scatter(x, y, s=10, alpha=0.6, color=COLOURS[0], linewidths=0)
     if curve is not None and len(curve[0]):

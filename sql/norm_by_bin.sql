@@ -10,7 +10,7 @@
 with
 
 embeddings_in_scope as (
-    select model, release, probe_set, item_id, norm
+    select probe_set, item_id, norm
     from embeddings
     where model = $model and release = $release
 ),
@@ -19,34 +19,40 @@ properties as (
     select probe_set, item_id, property, value from probe_properties where value is not null
 ),
 
+-- group_key: one integer per (probe set, property), the window partition (faster than strings)
 joined as (
-    select e.model, e.release, e.probe_set, p.property, e.item_id, e.norm, p.value
+    select hash(e.probe_set, p.property) as group_key, e.probe_set, p.property, e.item_id, e.norm, p.value
     from embeddings_in_scope as e
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
 ),
 
-distinct_values as (
-    select model, release, probe_set, property, count(distinct value) as n_values
+groups as (
+    select
+        group_key,
+        any_value(probe_set) as probe_set,
+        any_value(property) as property,
+        count(distinct value) <= $n_bins as one_bin_per_value
     from joined
-    group by all
+    group by group_key
 ),
 
 binned as (
-    select
-        j.*,
-        case
-            when d.n_values <= $n_bins
-                then dense_rank() over (partition by j.model, j.release, j.probe_set, j.property order by j.value)
-            else ntile($n_bins) over (partition by j.model, j.release, j.probe_set, j.property
-                                      order by j.value, j.item_id)
-        end as bin
+    select j.group_key, j.norm, j.value, dense_rank() over (partition by j.group_key order by j.value) as bin
     from joined as j
-    inner join distinct_values as d using (model, release, probe_set, property)
+    inner join groups as g using (group_key)
+    where g.one_bin_per_value
+    union all
+    select
+        j.group_key, j.norm, j.value,
+        ntile($n_bins) over (partition by j.group_key order by j.value, j.item_id) as bin
+    from joined as j
+    inner join groups as g using (group_key)
+    where not g.one_bin_per_value
 ),
 
 per_bin as (
     select
-        model, release, probe_set, property, bin,
+        group_key, bin,
         count(*) as n,
         avg(norm) as mean,
         quantile_cont(norm, 0.5) as median,
@@ -56,7 +62,7 @@ per_bin as (
         min(value) as low,
         max(value) as high
     from binned
-    group by all
+    group by group_key, bin
 ),
 
 long as (
@@ -67,10 +73,11 @@ long as (
 
 final as (
     select
-        model, release, probe_set, property,
-        printf('bin%02d_%s', bin, stat) as statistic,
-        value, n
-    from long
+        $model as model, $release as release, g.probe_set, g.property,
+        printf('bin%02d_%s', l.bin, l.stat) as statistic,
+        l.value, l.n
+    from long as l
+    inner join groups as g using (group_key)
 )
 
 select * from final

@@ -12,12 +12,17 @@
 -- The residual correlation is computed with the first-order partial correlation identity
 -- (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)), which equals it exactly for least squares with an
 -- intercept. Undefined statistics (a constant property, a constant control) produce no row.
+-- Ranking is the cost: items are keyed by integers, variables with few distinct values are ranked by
+-- counting equal values (no sort of the rows), and norm, n_tokens and zipf are ranked once per item set
+-- rather than once per property. norm_vs_property_ci.sql computes each replicate the same way.
 -- params:  $model, $release
 -- columns: model, release, probe_set, property, statistic, value, n
 with
 
 embeddings_in_scope as (
-    select model, release, probe_set, item_id, norm, n_tokens
+    select
+        probe_set, item_id, norm, n_tokens,
+        row_number() over (partition by probe_set order by item_id) - 1 as pos
     from embeddings
     where model = $model and release = $release
 ),
@@ -31,87 +36,203 @@ zipf as (
 ),
 
 joined as (
-    select e.model, e.release, e.probe_set, p.property, e.item_id, e.norm, e.n_tokens, p.value, z.zipf
+    select
+        hash(e.probe_set, p.property) as group_key,
+        e.probe_set, p.property, e.item_id, e.pos, e.norm, e.n_tokens, p.value, z.zipf
     from embeddings_in_scope as e
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
     left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
 ),
 
--- average rank = (rank() + rows up to and including the tie group) / 2; both share one sort per window
-ranked_all as (
+-- one row per (probe set, property): which statistics exist, and a small integer id
+coverage as (
     select
-        model, release, probe_set, property, norm, value,
-        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
-        (rank() over w_value + count(*) over w_value) / 2.0 as r_value,
-        (rank() over w_tokens + count(*) over w_tokens) / 2.0 as r_tokens
+        group_key,
+        any_value(probe_set) as probe_set,
+        any_value(property) as property,
+        count(*) as n_items,
+        count(zipf) as n_with_zipf,
+        any_value(property) <> 'zipf' and count(zipf) > 0 as has_zipf_control,
+        min(n_tokens) < max(n_tokens) as has_token_control
     from joined
-    window
-        w_norm as (partition by model, release, probe_set, property order by norm),
-        w_value as (partition by model, release, probe_set, property order by value),
-        w_tokens as (partition by model, release, probe_set, property order by n_tokens)
+    group by group_key
 ),
 
--- ranks for the frequency control are taken over the items that have a zipf
-ranked_with_zipf as (
-    select
-        model, release, probe_set, property,
-        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
-        (rank() over w_value + count(*) over w_value) / 2.0 as r_value,
-        (rank() over w_zipf + count(*) over w_zipf) / 2.0 as r_zipf
-    from joined
-    where zipf is not null and property <> 'zipf'
-    window
-        w_norm as (partition by model, release, probe_set, property order by norm),
-        w_value as (partition by model, release, probe_set, property order by value),
-        w_zipf as (partition by model, release, probe_set, property order by zipf)
+-- the samples statistics are computed on. sample_id = 2 * group_id: every item with the property;
+-- 2 * group_id + 1: the items that also have a zipf, needed only where some lack one (else the zipf
+-- control is computed on the first)
+samples_declared as (
+    select *, 2 * group_id as sample_id, false as zipf_only
+    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    union all
+    select *, 2 * group_id + 1, true
+    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    where has_zipf_control and n_with_zipf < n_items
 ),
 
-correlations_all as (
+sample_members as (
+    select s.sample_id, j.probe_set, j.item_id, j.pos, j.norm, j.n_tokens, j.value, j.zipf
+    from joined as j
+    inner join samples_declared as s using (group_key)
+    where not s.zipf_only or j.zipf is not null
+),
+
+-- samples with the same item set (usually: every item has every property) share the ranks of the
+-- item-level variables norm, n_tokens and zipf
+item_set_signatures as (
+    select sample_id, any_value(probe_set) as probe_set, count(*) as n, sum(hash(item_id)) as digest
+    from sample_members
+    group by sample_id
+),
+
+samples as (
     select
-        model, release, probe_set, property,
-        corr(r_norm, r_value) as r_xy,
-        corr(r_norm, r_tokens) as r_xz,
-        corr(r_value, r_tokens) as r_yz,
-        corr(ln(norm), value) as pearson_log_norm,
-        var_pop(r_tokens) as var_tokens,
-        count(*) as n
-    from ranked_all
+        d.*,
+        dense_rank() over (order by g.probe_set, g.n, g.digest) as item_set_id,
+        row_number() over (partition by g.probe_set, g.n, g.digest order by d.sample_id) = 1 as represents_set
+    from samples_declared as d
+    inner join item_set_signatures as g using (sample_id)
+),
+
+item_set_members as (
+    select s.item_set_id, m.pos, m.norm, m.n_tokens, m.zipf
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    where s.represents_set
+),
+
+-- ranks of the item-level variables over each item set, side by side. norm is ranked by sorting: average
+-- rank = (rank() + rows up to and including the tie group) / 2. n_tokens and zipf have few distinct values
+-- and are ranked by counting equal values: average rank = rows up to and including the value
+-- - (count - 1) / 2, looked up in a small table instead of sorting the rows.
+token_counts as (
+    select item_set_id, n_tokens, count(*) as c from item_set_members group by all
+),
+
+token_ranks as (
+    select
+        item_set_id, n_tokens,
+        sum(c) over (partition by item_set_id order by n_tokens rows between unbounded preceding and current row)
+            - (c - 1) / 2.0 as r
+    from token_counts
+),
+
+-- zipf is ranked only over item sets where every item has one
+zipf_sets as (
+    select item_set_id from item_set_members group by item_set_id having count(zipf) = count(*)
+),
+
+zipf_counts as (
+    select item_set_id, zipf, count(*) as c
+    from item_set_members
+    where item_set_id in (select item_set_id from zipf_sets)
     group by all
 ),
 
-correlations_with_zipf as (
+zipf_ranks as (
     select
-        model, release, probe_set, property,
-        corr(r_norm, r_value) as r_xy,
-        corr(r_norm, r_zipf) as r_xz,
-        corr(r_value, r_zipf) as r_yz,
-        count(*) as n
-    from ranked_with_zipf
+        item_set_id, zipf,
+        sum(c) over (partition by item_set_id order by zipf rows between unbounded preceding and current row)
+            - (c - 1) / 2.0 as r
+    from zipf_counts
+),
+
+item_ranks as (
+    select
+        i.item_set_id * 4294967296 + i.pos as item_key,
+        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
+        t.r as r_tokens,
+        z.r as r_zipf
+    from item_set_members as i
+    inner join token_ranks as t on t.item_set_id = i.item_set_id and t.n_tokens = i.n_tokens
+    left join zipf_ranks as z on z.item_set_id = i.item_set_id and z.zipf = i.zipf
+    window w_norm as (partition by i.item_set_id order by i.norm)
+),
+
+-- ranks of the property within each sample: by counting equal values where there are few (integer
+-- properties, rounded scores), by sorting where there are many
+sample_shapes as (
+    select sample_id, count(distinct value) * 8 <= count(*) as few_values from sample_members group by all
+),
+
+value_counts as (
+    select m.sample_id, m.value, count(*) as c
+    from sample_members as m
+    inner join sample_shapes as s using (sample_id)
+    where s.few_values
     group by all
+),
+
+value_ranks as (
+    select
+        sample_id, value,
+        sum(c) over (partition by sample_id order by value rows between unbounded preceding and current row)
+            - (c - 1) / 2.0 as r
+    from value_counts
+),
+
+property_rows as (
+    select
+        m.sample_id, m.value, ln(m.norm) as log_norm, v.r as r_value,
+        s.item_set_id * 4294967296 + m.pos as item_key
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    inner join value_ranks as v on v.sample_id = m.sample_id and v.value = m.value
+    union all
+    select
+        m.sample_id, m.value, ln(m.norm),
+        (rank() over w_value + count(*) over w_value) / 2.0,
+        s.item_set_id * 4294967296 + m.pos
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    inner join sample_shapes as h using (sample_id)
+    where not h.few_values
+    window w_value as (partition by m.sample_id order by m.value)
+),
+
+correlations as (
+    select
+        p.sample_id,
+        corr(i.r_norm, p.r_value) as r_nv,
+        corr(i.r_norm, i.r_tokens) as r_nt,
+        corr(p.r_value, i.r_tokens) as r_vt,
+        corr(i.r_norm, i.r_zipf) as r_nz,
+        corr(p.r_value, i.r_zipf) as r_vz,
+        corr(p.log_norm, p.value) as r_lx,
+        count(*) as n
+    from property_rows as p
+    inner join item_ranks as i using (item_key)
+    group by p.sample_id
 ),
 
 statistics as (
-    select model, release, probe_set, property, 'spearman' as statistic, r_xy as value, n
-    from correlations_all
+    select s.probe_set, s.property, 'spearman' as statistic, c.r_nv as value, c.n
+    from correlations as c
+    inner join samples as s using (sample_id)
+    where not s.zipf_only
     union all
-    select model, release, probe_set, property, 'pearson_log_norm', pearson_log_norm, n
-    from correlations_all
+    select s.probe_set, s.property, 'pearson_log_norm', c.r_lx, c.n
+    from correlations as c
+    inner join samples as s using (sample_id)
+    where not s.zipf_only
     union all
-    select
-        model, release, probe_set, property, 'partial_spearman_n_tokens',
-        (r_xy - r_xz * r_yz) / sqrt((1 - r_xz * r_xz) * (1 - r_yz * r_yz)), n
-    from correlations_all
-    where var_tokens > 0
+    select s.probe_set, s.property, 'partial_spearman_n_tokens',
+        (c.r_nv - c.r_nt * c.r_vt) / sqrt((1 - c.r_nt * c.r_nt) * (1 - c.r_vt * c.r_vt)), c.n
+    from correlations as c
+    inner join samples as s using (sample_id)
+    where not s.zipf_only and s.has_token_control
     union all
-    select
-        model, release, probe_set, property, 'partial_spearman_zipf',
-        (r_xy - r_xz * r_yz) / sqrt((1 - r_xz * r_xz) * (1 - r_yz * r_yz)), n
-    from correlations_with_zipf
+    select s.probe_set, s.property, 'partial_spearman_zipf',
+        (c.r_nv - c.r_nz * c.r_vz) / sqrt((1 - c.r_nz * c.r_nz) * (1 - c.r_vz * c.r_vz)), c.n
+    from correlations as c
+    inner join samples as s using (sample_id)
+    where s.has_zipf_control and s.zipf_only = (s.n_with_zipf < s.n_items)
 ),
 
 final as (
-    select * from statistics
-    where value is not null and isfinite(value)
+    select $model as model, $release as release, s.*
+    from statistics as s
+    where s.value is not null and isfinite(s.value)
 )
 
 select * from final

@@ -17,7 +17,7 @@ with
 embeddings_in_scope as (
     select
         probe_set, item_id, norm, n_tokens,
-        (row_number() over (partition by probe_set order by item_id) - 1)::ubigint as pos
+        row_number() over (partition by probe_set order by item_id) - 1 as pos
     from embeddings
     where model = $model and release = $release
 ),
@@ -31,66 +31,69 @@ zipf as (
 ),
 
 joined as (
-    select e.probe_set, p.property, e.item_id, e.pos, e.norm, e.n_tokens, p.value, z.zipf
+    select
+        hash(e.probe_set, p.property) as group_key,
+        e.probe_set, p.property, e.item_id, e.pos, e.norm, e.n_tokens, p.value, z.zipf
     from embeddings_in_scope as e
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
     left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
 ),
 
--- one row per (probe set, property): which statistics exist (as in norm_vs_property), and an integer id
--- (window partitions on one integer key sort several times faster than on strings)
+-- one row per (probe set, property): which statistics exist, and a small integer id
 coverage as (
     select
-        probe_set, property,
-        row_number() over (order by probe_set, property) as group_id,
+        group_key,
+        any_value(probe_set) as probe_set,
+        any_value(property) as property,
         count(*) as n_items,
         count(zipf) as n_with_zipf,
-        property <> 'zipf' and count(zipf) > 0 as has_zipf_control,
+        any_value(property) <> 'zipf' and count(zipf) > 0 as has_zipf_control,
         min(n_tokens) < max(n_tokens) as has_token_control
     from joined
-    group by probe_set, property
+    group by group_key
 ),
 
 -- the samples statistics are computed on. sample_id = 2 * group_id: every item with the property;
 -- 2 * group_id + 1: the items that also have a zipf, needed only where some lack one (else the zipf
 -- control is computed on the first)
 samples_declared as (
-    select *, 2 * group_id as sample_id, false as zipf_only from coverage
+    select *, 2 * group_id as sample_id, false as zipf_only
+    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
     union all
-    select *, 2 * group_id + 1, true from coverage where has_zipf_control and n_with_zipf < n_items
+    select *, 2 * group_id + 1, true
+    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    where has_zipf_control and n_with_zipf < n_items
 ),
 
 sample_members as (
-    select s.sample_id, j.probe_set, j.item_id, j.pos, j.norm, j.n_tokens, j.value, j.zipf,
-        j.value - avg(j.value) over (partition by s.sample_id) as x_value
+    select s.sample_id, j.probe_set, j.item_id, j.pos, j.norm, j.n_tokens, j.value, j.zipf
     from joined as j
-    inner join samples_declared as s using (probe_set, property)
+    inner join samples_declared as s using (group_key)
     where not s.zipf_only or j.zipf is not null
 ),
 
 -- samples with the same item set (usually: every item has every property) share the ranks of the
--- item-level variables norm, n_tokens and zipf, computed once per item set instead of once per property
+-- item-level variables norm, n_tokens and zipf
 item_set_signatures as (
-    select sample_id, probe_set, count(*) as n, sum(hash(item_id)) as digest
+    select sample_id, any_value(probe_set) as probe_set, count(*) as n, sum(hash(item_id)) as digest
     from sample_members
-    group by sample_id, probe_set
+    group by sample_id
 ),
 
 samples as (
-    select d.*, dense_rank() over (order by g.probe_set, g.n, g.digest) as item_set_id
+    select
+        d.*,
+        dense_rank() over (order by g.probe_set, g.n, g.digest) as item_set_id,
+        row_number() over (partition by g.probe_set, g.n, g.digest order by d.sample_id) = 1 as represents_set
     from samples_declared as d
     inner join item_set_signatures as g using (sample_id)
 ),
 
 item_set_members as (
-    select
-        item_set_id, pos, norm, n_tokens, zipf,
-        ln(norm) - avg(ln(norm)) over (partition by item_set_id) as x_log_norm
-    from (
-        select distinct s.item_set_id, m.pos, m.norm, m.n_tokens, m.zipf
-        from sample_members as m
-        inner join samples as s using (sample_id)
-    )
+    select s.item_set_id, m.pos, m.norm, m.n_tokens, m.zipf
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    where s.represents_set
 ),
 
 -- the Poisson weights: one row per (replicate, position) with w > 0. Each mixing step is its own CTE:
@@ -135,124 +138,152 @@ weights as (
     select b, pos, w from poisson where w > 0
 ),
 
--- every variable to rank, in long form: rank set 4 * sample_id ranks the property over a sample; rank sets
--- 4 * item_set_id + 1, + 2, + 3 rank norm, n_tokens and zipf over an item set (zipf only where every item
--- of the set has one). rank_key = rank_set * resamples + b is one integer partition key. y rides along:
--- the centred property (for sets 4k) or centred ln(norm) (for sets 4k + 1), for the Pearson statistic.
-rank_sets as (
-    select 4 * sample_id as rank_set, pos, value as x, x_value as y from sample_members
-    union all
-    select 4 * item_set_id + 1, pos, norm, x_log_norm from item_set_members
-    union all
-    select 4 * item_set_id + 2, pos, n_tokens, null from item_set_members
-    union all
-    select 4 * item_set_id + 3, pos, zipf, null from item_set_members
-    where item_set_id in (select item_set_id from item_set_members group by all having count(zipf) = count(*))
+-- centres for the Pearson sums: ln(norm) over an item set, the property over a sample
+item_set_centres as (
+    select item_set_id, avg(ln(norm)) as mean_log_norm from item_set_members group by item_set_id
 ),
 
--- few distinct values (integer properties, token counts): rank by grouping equal values, which sorts only
--- the distinct values; many: rank rows directly
-rank_set_shapes as (
-    select rank_set, count(distinct x) * 8 <= count(*) as few_values from rank_sets group by rank_set
+sample_centres as (
+    select sample_id, avg(value) as mean_value from sample_members group by sample_id
 ),
 
-rank_rows as (
-    select r.rank_set, w.b, r.rank_set * $resamples + w.b as rank_key, r.pos, r.x, r.y, w.w, s.few_values
-    from rank_sets as r
-    inner join rank_set_shapes as s using (rank_set)
+-- every (item set, replicate, item) and (sample, replicate, item) of a resample, with its weight;
+-- item_rep = item_set_id * resamples + b and sample_rep = sample_id * resamples + b are integer keys
+item_rows as (
+    select
+        i.item_set_id * $resamples + w.b as item_rep, i.pos, w.w, i.norm, i.n_tokens, i.zipf,
+        ln(i.norm) - c.mean_log_norm as x_log_norm
+    from item_set_members as i
+    inner join item_set_centres as c using (item_set_id)
     inner join weights as w using (pos)
 ),
 
 replicate_sizes as (
-    select rank_key, sum(w) as size from rank_rows group by rank_key
+    select item_rep, sum(w) as size from item_rows group by item_rep
 ),
 
--- ranks are centred on their exact mean (size + 1) / 2, so that weighted sums of products are central moments.
--- many values: an item of weight w as w rows; average rank = (rank() + rows up to and including the tie
--- group) / 2, where rank() and cume_dist() share one sort and cume_dist() * size is that row count
-copies as (
-    select rank_set, b, rank_key, pos, x, y, w, unnest(range(w)) as copy from rank_rows where not few_values
+-- n_tokens and zipf have few distinct values: the weight of each value in the resample gives its average
+-- rank = weight up to and including the value - (weight - 1) / 2, looked up instead of sorting rows
+token_ranks as (
+    select
+        item_rep, n_tokens,
+        sum(weight) over (partition by item_rep order by n_tokens rows between unbounded preceding and current row)
+            - (weight - 1) / 2.0 as r
+    from (select item_rep, n_tokens, sum(w) as weight from item_rows group by all)
 ),
 
-ranks_of_rows as (
-    select rank_set, b, pos, w, y, r
+zipf_sets as (
+    select item_set_id from item_set_members group by item_set_id having count(zipf) = count(*)
+),
+
+zipf_ranks as (
+    select
+        item_rep, zipf,
+        sum(weight) over (partition by item_rep order by zipf rows between unbounded preceding and current row)
+            - (weight - 1) / 2.0 as r
+    from (
+        select item_rep, zipf, sum(w) as weight
+        from item_rows
+        where item_rep // $resamples in (select item_set_id from zipf_sets)
+        group by all
+    )
+),
+
+-- norm is ranked by sorting the resample with an item of weight w as w rows (its copies form one tie
+-- group): average rank = (rank() + rows up to and including the tie group) / 2; one row per item is kept.
+-- Ranks are centred on their exact mean (size + 1) / 2, so weighted sums of products are central moments.
+item_copies as (
+    select
+        r.item_rep, r.pos, r.w, r.norm, r.x_log_norm, s.size,
+        t.r - (s.size + 1) / 2.0 as r_tokens,
+        z.r - (s.size + 1) / 2.0 as r_zipf,
+        unnest(range(r.w)) as copy
+    from item_rows as r
+    inner join replicate_sizes as s using (item_rep)
+    inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
+    left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
+),
+
+item_ranks as (
+    select item_key, w, x_log_norm, r_norm, r_tokens, r_zipf
     from (
         select
-            c.rank_set, c.b, c.pos, c.w, c.y, c.copy,
-            (rank() over w_x + round(cume_dist() over w_x * s.size) - s.size - 1) / 2.0 as r
-        from copies as c
-        inner join replicate_sizes as s using (rank_key)
-        window w_x as (partition by c.rank_key order by c.x)
+            item_rep * 4294967296 + pos as item_key, w, x_log_norm, r_tokens, r_zipf, copy,
+            (rank() over w_norm + count(*) over w_norm - size - 1) / 2.0 as r_norm
+        from item_copies
+        window w_norm as (partition by item_rep order by norm)
     )
     where copy = 0
 ),
 
--- few values: the weight of each distinct value; its average rank = weight up to and including it
--- - (weight - 1) / 2
-value_weights as (
-    select rank_key, x, sum(w) as weight from rank_rows where few_values group by rank_key, x
+-- the property within each (sample, replicate): ranked by value weights where it has few distinct values,
+-- by sorting copies where many
+sample_shapes as (
+    select sample_id, count(distinct value) * 8 <= count(*) as few_values from sample_members group by all
+),
+
+sample_rows as (
+    select
+        m.sample_id * $resamples + w.b as sample_rep,
+        (s.item_set_id * $resamples + w.b) * 4294967296 + m.pos as item_key,
+        w.w, m.value, m.value - c.mean_value as x_value, h.few_values
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    inner join sample_centres as c using (sample_id)
+    inner join sample_shapes as h using (sample_id)
+    inner join weights as w using (pos)
 ),
 
 value_ranks as (
     select
-        v.rank_key, v.x,
-        sum(v.weight) over (partition by v.rank_key order by v.x rows between unbounded preceding and current row)
-            - (v.weight - 1) / 2.0 - (s.size + 1) / 2.0 as r
-    from value_weights as v
-    inner join replicate_sizes as s using (rank_key)
-),
-
-ranks_of_values as (
-    select r.rank_set, r.b, r.pos, r.w, r.y, v.r
-    from rank_rows as r
-    inner join value_ranks as v on v.rank_key = r.rank_key and v.x = r.x
-    where r.few_values
-),
-
-ranked as (
-    select * from ranks_of_rows
-    union all
-    select * from ranks_of_values
-),
-
--- norm, n_tokens and zipf ranks side by side, one row per (item set, replicate, item)
-item_ranks as (
-    select
-        ((rank_set // 4) * $resamples + b) * 4294967296 + pos as item_key,
-        max(r) filter (where rank_set % 4 = 1) as r_norm,
-        max(y) filter (where rank_set % 4 = 1) as x_log_norm,
-        max(r) filter (where rank_set % 4 = 2) as r_tokens,
-        max(r) filter (where rank_set % 4 = 3) as r_zipf
-    from ranked
-    where rank_set % 4 <> 0
-    group by all
+        sample_rep, value,
+        sum(weight) over (partition by sample_rep order by value rows between unbounded preceding and current row)
+            - (weight - 1) / 2.0 as r
+    from (select sample_rep, value, sum(w) as weight from sample_rows where few_values group by all)
 ),
 
 property_ranks as (
-    select
-        s.sample_id, r.b, r.w, r.y as x_value, r.r as r_value,
-        (s.item_set_id * $resamples + r.b) * 4294967296 + r.pos as item_key
-    from ranked as r
-    inner join samples as s on s.sample_id = r.rank_set // 4
-    where r.rank_set % 4 = 0
+    select r.sample_rep, r.item_key, r.x_value, v.r as r_value
+    from sample_rows as r
+    inner join value_ranks as v on v.sample_rep = r.sample_rep and v.value = r.value
+    where r.few_values
+    union all
+    select sample_rep, item_key, x_value, r_value
+    from (
+        select
+            c.sample_rep, c.item_key, c.x_value, c.copy,
+            (rank() over w_value + count(*) over w_value) / 2.0 as r_value
+        from (
+            select sample_rep, item_key, value, x_value, unnest(range(w)) as copy
+            from sample_rows
+            where not few_values
+        ) as c
+        window w_value as (partition by c.sample_rep order by c.value)
+    )
+    where copy = 0
 ),
 
 moments as (
     select
-        p.sample_id, p.b,
-        sum(p.w * i.r_norm * p.r_value) as snv, sum(p.w * i.r_norm * i.r_norm) as snn,
-        sum(p.w * p.r_value * p.r_value) as svv,
-        sum(p.w * i.r_norm * i.r_tokens) as snt, sum(p.w * p.r_value * i.r_tokens) as svt,
-        sum(p.w * i.r_tokens * i.r_tokens) as stt,
-        sum(p.w * i.r_norm * i.r_zipf) as snz, sum(p.w * p.r_value * i.r_zipf) as svz,
-        sum(p.w * i.r_zipf * i.r_zipf) as szz,
-        sum(p.w) as sw,
-        sum(p.w * i.x_log_norm) as sl, sum(p.w * p.x_value) as sx,
-        sum(p.w * i.x_log_norm * i.x_log_norm) as sll, sum(p.w * p.x_value * p.x_value) as sxx,
-        sum(p.w * i.x_log_norm * p.x_value) as slx
+        p.sample_rep // $resamples as sample_id,
+        p.sample_rep % $resamples as b,
+        sum(i.w * i.r_norm * (p.r_value - (s.size + 1) / 2.0)) as snv,
+        sum(i.w * i.r_norm * i.r_norm) as snn,
+        sum(i.w * (p.r_value - (s.size + 1) / 2.0) ^ 2) as svv,
+        sum(i.w * i.r_norm * i.r_tokens) as snt,
+        sum(i.w * (p.r_value - (s.size + 1) / 2.0) * i.r_tokens) as svt,
+        sum(i.w * i.r_tokens * i.r_tokens) as stt,
+        sum(i.w * i.r_norm * i.r_zipf) as snz,
+        sum(i.w * (p.r_value - (s.size + 1) / 2.0) * i.r_zipf) as svz,
+        sum(i.w * i.r_zipf * i.r_zipf) as szz,
+        sum(i.w) as sw,
+        sum(i.w * i.x_log_norm) as sl, sum(i.w * p.x_value) as sx,
+        sum(i.w * i.x_log_norm * i.x_log_norm) as sll, sum(i.w * p.x_value * p.x_value) as sxx,
+        sum(i.w * i.x_log_norm * p.x_value) as slx
     from property_ranks as p
     inner join item_ranks as i using (item_key)
-    group by p.sample_id, p.b
+    inner join replicate_sizes as s on s.item_rep = p.item_key // 4294967296
+    group by p.sample_rep
 ),
 
 replicate_correlations as (

@@ -166,6 +166,18 @@ def test_release_drift_skips_failed_runs(tmp_path):
     assert row["intervals_overlap"] is None
 
 
+def test_audit_step_writes_one_results_file_per_analysis_with_rows(two_releases):
+    store = two_releases
+    files = {p.rsplit("/", 1)[1] for p in store.glob("results/20240102T000000-v2/*.parquet")}
+    # no token table was stored, so token_norm_vs_frequency has no rows and no file
+    assert files == {f"{a}.parquet" for a in ("norm_vs_property", "norm_by_bin", "hypernym_pairs",
+                                              "retrieval_calibration", "norm_rescoring")}
+    res = open_catalog(store).execute(
+        "select count(*), count(ci_low) from results where analysis = 'norm_vs_property' and release = 'v2'"
+    ).fetchall()[0]
+    assert res[0] > 0 and res[0] == res[1]  # every norm_vs_property row carries its bootstrap interval
+
+
 def test_report_files_are_self_contained_and_complete(two_releases):
     store = two_releases
     url = render_report(store, "m", "v2")
