@@ -8,7 +8,6 @@ path) and written through fsspec, so an ``s3://`` root works like a local one.
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import re
 from dataclasses import dataclass
@@ -21,30 +20,13 @@ from pipeline import plots
 from pipeline.analysis import run_query
 from pipeline.catalog import open_catalog
 from pipeline.names import check_name
+from pipeline.report_html import fmt, page, table
 from pipeline.store import Store
 
 DATA_DOCS = "reports/data_docs"  # GX Data Docs: <DATA_DOCS>/<run_id>/index.html (pipeline/datadocs.py)
 # Properties plotted against the norm when a probe set has them (WordNet depth gets box plots).
 SCATTER_PROPERTIES = ("zipf", "rating_sd", "label_entropy")
 NORM_STATISTICS = ["spearman", "partial_spearman_zipf", "partial_spearman_n_tokens", "pearson_log_norm"]
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;
- margin:24px auto;
- padding:0 16px;color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:4px}h2{margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}
-table{border-collapse:collapse;margin:8px 0;font-size:.88em}
-th,td{padding:4px 8px;border-bottom:1px solid #eee;
- text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-th{background:#f5f5f5}.muted{color:#666}
-.alert{background:#fdecea;border-left:4px solid #d1495b;padding:8px 12px}
-.ok{background:#eef7ee;border-left:4px solid #2e933c;padding:8px 12px}figure{margin:16px 0}
-figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
-details summary{cursor:pointer;color:#1b6ca8}
-"""
-
-
-class Html(str):
-    """A table cell that is already HTML (not escaped again)."""
 
 
 @dataclass
@@ -58,51 +40,6 @@ class Plot:
 def release_dir(model: str, release: str) -> str:
     """Folder of a release's report, relative to the storage root."""
     return f"reports/{check_name(model, 'model name')}/{check_name(release, 'release label')}"
-
-
-def _fmt(value, ci_low=None, ci_high=None, digits: int = 3) -> Html:
-    """A statistic with its sign, and its 95% interval in brackets when there is one."""
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return Html("—")
-    text = f"{value:+.{digits}f}"
-    if ci_low is not None and ci_high is not None:
-        text += f" <span class='muted'>[{ci_low:+.{digits}f}, {ci_high:+.{digits}f}]</span>"
-    return Html(text)
-
-
-def _table(data: pl.DataFrame | list[dict], columns: list[str] | None = None) -> str:
-    """An HTML table of a frame or of row dicts (cells of type :class:`Html` are kept as they are)."""
-    records = data.to_dicts() if isinstance(data, pl.DataFrame) else data
-    columns = columns or (
-        data.columns if isinstance(data, pl.DataFrame) else list(records[0]) if records else []
-    )
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    rows = []
-    for row in records:
-        cells = []
-        for c in columns:
-            v = row[c]
-            if isinstance(v, Html):
-                cells.append(f"<td class='num'>{v}</td>")
-            elif isinstance(v, bool):
-                cells.append(f"<td>{'yes' if v else 'no'}</td>")
-            elif isinstance(v, float):
-                cells.append(f"<td class='num'>{v:.4g}</td>" if np.isfinite(v) else "<td class='num'>—</td>")
-            elif isinstance(v, int):
-                cells.append(f"<td class='num'>{v:,}</td>")
-            else:
-                cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-
-
-def _page(title: str, body: str) -> str:
-    return (
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{CSS}</style></head>"
-        f"<body>{body}<p class='muted'>rendered {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC by normaudit"
-        "</p></body></html>"
-    )
 
 
 def _pick(results: pl.DataFrame, analysis: str, probe_set: str, prop: str, statistic: str) -> dict | None:
@@ -249,7 +186,7 @@ def _norm_table(results: pl.DataFrame) -> str:
     out = []
     for (probe_set, prop), part in rows.group_by(["probe_set", "property"], maintain_order=True):
         cells = {
-            r["statistic"]: _fmt(r["value"], r["ci_low"], r["ci_high"]) for r in part.iter_rows(named=True)
+            r["statistic"]: fmt(r["value"], r["ci_low"], r["ci_high"]) for r in part.iter_rows(named=True)
         }
         out.append(
             {
@@ -259,7 +196,7 @@ def _norm_table(results: pl.DataFrame) -> str:
                 **{s: cells.get(s, "—") for s in NORM_STATISTICS},
             }
         )
-    return _table(out, ["probe set", "property", "n", *NORM_STATISTICS])
+    return table(out, ["probe set", "property", "n", *NORM_STATISTICS])
 
 
 def _other_table(results: pl.DataFrame) -> str:
@@ -269,14 +206,14 @@ def _other_table(results: pl.DataFrame) -> str:
     )
     if rows.height == 0:
         return "<p class='muted'>No hypernym pairs, token table or retrieval probe set in this release.</p>"
-    return _table(
+    return table(
         _with_ci_column(rows), ["analysis", "probe_set", "property", "statistic", "value [95% CI]", "n"]
     )
 
 
 def _with_ci_column(rows: pl.DataFrame) -> list[dict]:
     return [
-        {**r, "value [95% CI]": _fmt(r["value"], r["ci_low"], r["ci_high"])}
+        {**r, "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"])}
         for r in rows.iter_rows(named=True)
     ]
 
@@ -340,7 +277,7 @@ def render_report(store: Store, model: str, release: str) -> str:
         "<h2>Alerts</h2>",
         _alerts(con, model, release),
         "<h2>Stored items</h2>",
-        _table(inventory),
+        table(inventory),
         "<h2>Does the norm track the probe properties?</h2>",
         "<p>Spearman's ρ of the raw norm with each property; partial ρ with word frequency (zipf) or "
         "token count partialled out; Pearson's r on ln(norm). Brackets: 95% bootstrap intervals "
@@ -355,7 +292,7 @@ def render_report(store: Store, model: str, release: str) -> str:
         _other_table(results),
         f"<h2>Change since the previous release{f' ({html.escape(previous)})' if previous else ''}</h2>",
         (
-            _table(
+            table(
                 drift.filter(pl.col("analysis") != "norm_by_bin"),
                 [
                     "analysis",
@@ -372,14 +309,14 @@ def render_report(store: Store, model: str, release: str) -> str:
             else "<p class='muted'>No earlier release of this model to compare with.</p>"
         ),
         f"<h2>All results</h2><details><summary>{results.height:,} rows (every bin and curve point)</summary>"
-        + _table(
+        + table(
             results,
             ["analysis", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n", "run_id"],
         )
         + "</details>",
     ]
     store.write_bytes_atomic(
-        f"{folder}/index.html", _page(f"normaudit {model} @ {release}", "".join(body)).encode()
+        f"{folder}/index.html", page(f"normaudit {model} @ {release}", "".join(body)).encode()
     )
     render_model_index(store, model, con)
     return store.url(folder, "index.html")
@@ -429,5 +366,5 @@ def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection 
             f"{html.escape(statistic)}: one line per probe set and property; bars: 95% intervals where "
             f"recorded{html.escape(more)}.</figcaption></figure>"
         )
-    store.write_bytes_atomic(f"{folder}/index.html", _page(f"normaudit {model}", "".join(body)).encode())
+    store.write_bytes_atomic(f"{folder}/index.html", page(f"normaudit {model}", "".join(body)).encode())
     return store.url(folder, "index.html")
