@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 import duckdb
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +31,16 @@ class AlertThresholds(BaseModel):
 
     default: float = Field(0.1, ge=0)
     per_statistic: dict[str, float] = Field(default_factory=dict)
+    # Descriptive rows (norm per bin, points of the selective-accuracy curve) are in norm or
+    # accuracy units and move with any retraining; alerting on them would drown real signals.
+    untracked: list[str] = Field(
+        default_factory=lambda: ["norm_by_bin.*", "retrieval_calibration.coverage_*"],
+        description="fnmatch patterns of analysis.statistic that are never alerted on",
+    )
+
+    def tracks(self, analysis: str, statistic: str) -> bool:
+        """Whether changes of this statistic can raise an alert."""
+        return not any(fnmatch.fnmatchcase(f"{analysis}.{statistic}", p) for p in self.untracked)
 
     def for_row(self, analysis: str, statistic: str, prop: str | None) -> float:
         for key in (f"{analysis}.{statistic}.{prop}", f"{analysis}.{statistic}", statistic):
@@ -74,7 +86,9 @@ def compare_runs(
             lambda r: thresholds.for_row(r["analysis"], r["statistic"], r["property"]), return_dtype=pl.Float64
         ).alias("threshold")
     )
-    moved = comparison.filter(pl.col("change").abs() > pl.col("threshold"))
+    tracked = pl.Series([thresholds.tracks(a, st) for a, st in
+                         zip(comparison["analysis"], comparison["statistic"], strict=True)], dtype=pl.Boolean)
+    moved = comparison.filter(tracked & (pl.col("change").abs() > pl.col("threshold")))
     alerts = moved.with_columns(
         pl.lit(run_id).alias("run_id"), pl.lit(model).alias("model"), pl.lit(release).alias("release"),
         pl.lit(prev_release).alias("previous_release"),

@@ -26,6 +26,8 @@ def test_thresholds_most_specific_key_wins():
     assert t.for_row("norm_vs_property", "spearman", "zipf") == 0.01
     assert t.for_row("norm_vs_property", "spearman", "min_depth") == 0.05
     assert t.for_row("norm_vs_property", "partial_spearman_zipf", "min_depth") == 0.1
+    assert t.tracks("norm_vs_property", "spearman") and t.tracks("retrieval_calibration", "auroc_query_norm")
+    assert not t.tracks("norm_by_bin", "bin03_mean") and not t.tracks("retrieval_calibration", "coverage_0.5")
 
 
 def test_config_rejects_unknown_fields_and_ambiguous_sources(tmp_path):
@@ -102,3 +104,4 @@ def test_serve_audits_new_checkpoint_and_alerts(tmp_path, prefect_api):
     assert counts == {"step-1": 40, "step-2": 40}
     alerts = con.execute("select previous_release, release, statistic, threshold from alerts").fetchall()
     assert alerts and all(a[:2] == ("step-1", "step-2") and a[3] == 1e-6 for a in alerts)
+    assert not any(a[2].startswith("bin") for a in alerts)  # descriptive rows are not tracked
