@@ -1,6 +1,6 @@
 """Throughput of ``Embedder.embed`` against ``SentenceTransformer.encode``, and achieved FLOP/s share.
 
-Run:  python benchmarks/embed_throughput.py [--n 20000] [--threads T] [--batch-tokens 16384]
+Run:  python benchmarks/embed_throughput.py [--n 20000] [--threads T] [--batch-tokens N] [--repeat 3]
 
 Both paths run in this process with the same torch threads, after a warm-up each, on the same
 words (wordfreq's English top list, alphabetic only). Both include tokenization in their time.
@@ -41,6 +41,30 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def _cpu_ticks() -> tuple[int, int, int]:
+    """(total, idle, this process's) CPU time in clock ticks, from /proc."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    t = os.times()
+    return sum(fields), fields[3] + fields[4], round((t.user + t.system) * os.sysconf("SC_CLK_TCK"))
+
+
+class OtherLoad:
+    """Share of all CPU time used by *other* processes between ``start()`` and ``stop()``."""
+
+    def start(self) -> None:
+        try:
+            self._a = _cpu_ticks()
+        except (OSError, ValueError):
+            self._a = None
+
+    def stop(self) -> float:
+        if self._a is None:
+            return 0.0
+        b = _cpu_ticks()
+        total, idle, own = (y - x for x, y in zip(self._a, b, strict=True))
+        return max(0.0, (total - idle - own) / max(total, 1))
 
 
 def words(n: int) -> list[str]:
@@ -84,23 +108,27 @@ def model_flops(model, lengths) -> float:
     return 2.0 * macs * lengths.sum() + 4.0 * cfg.num_hidden_layers * cfg.hidden_size * (lengths**2).sum()
 
 
-def timed(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+def timed(fn) -> tuple[float, float]:
+    """(seconds, share of the CPUs other processes used meanwhile)."""
+    load = OtherLoad()
+    load.start()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t, load.stop()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20000, help="number of words (default 20000)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both paths")
-    ap.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per batch (ours)")
+    ap.add_argument(
+        "--batch-tokens", type=int, default=None, help="padded tokens per batch (ours; default: Embedder's)"
+    )
     ap.add_argument("--max-batch-size", type=int, default=1024, help="texts per batch at most (ours)")
     ap.add_argument("--st-batch-size", type=int, default=32, help="SentenceTransformer.encode batch_size")
-    ap.add_argument("--repeat", type=int, default=2, help="timed runs per path; the best is reported")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="interleaved timed rounds; the best of each path counts"
+    )
     ap.add_argument("--model", default="minilm-l6")
     args = ap.parse_args()
 
@@ -112,7 +140,9 @@ def main() -> None:
     from pipeline.models import get_spec, resolve_model
 
     torch.set_num_threads(args.threads)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, threads {args.threads}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, threads {args.threads}"
+    )
     resolved = resolve_model(get_spec(args.model))
     emb = Embedder(
         resolved,
@@ -125,7 +155,7 @@ def main() -> None:
     texts = words(args.n)
     print(
         f"model: {resolved.spec.name} (dim {resolved.dim}, max_length {resolved.max_length}), "
-        f"{len(texts)} words, batch_tokens {args.batch_tokens}, max_batch_size {args.max_batch_size}, "
+        f"{len(texts)} words, batch_tokens {emb.batch_tokens}, max_batch_size {args.max_batch_size}, "
         f"ST batch_size {args.st_batch_size}"
     )
 
@@ -133,18 +163,30 @@ def main() -> None:
     emb.embed(warm)
     st.encode(warm, batch_size=args.st_batch_size)
 
-    ours_s = timed(lambda: emb.embed(texts), args.repeat)
-    stats = emb.last_stats
-    st_s = timed(lambda: st.encode(texts, batch_size=args.st_batch_size), args.repeat)
+    # Interleaved rounds, best of each: both paths see the same background load, and a round
+    # disturbed by other processes (printed) does not count against either.
+    ours_s = st_s = float("inf")
+    peak, result = 0.0, []
+    for r in range(args.repeat):
+        peak = max(peak, matmul_rate())
+        o, o_busy = timed(lambda: result.append(emb.embed(texts)))
+        stats = emb.last_stats
+        s, s_busy = timed(lambda: st.encode(texts, batch_size=args.st_batch_size))
+        ours_s, st_s = min(ours_s, o), min(st_s, s)
+        print(
+            f"  round {r + 1}: ours {o:.2f} s (other load {o_busy:.0%}), "
+            f"ST {s:.2f} s (other load {s_busy:.0%})"
+        )
     ours_rate, st_rate = len(texts) / ours_s, len(texts) / st_s
     print(f"ours:                  {ours_rate:10.0f} items/s  ({ours_s:.2f} s, {stats.batches} batches)")
     print(f"SentenceTransformer:   {st_rate:10.0f} items/s  ({st_s:.2f} s)")
     print(f"ratio ours / ST:       {ours_rate / st_rate:10.2f}x")
 
-    real, padded = np.asarray(stats.seq_lengths), np.asarray(stats.seq_widths)
+    real = result[-1].n_tokens
+    sizes, widths = np.array(stats.batch_shapes).T
+    padded = np.repeat(widths, sizes)  # each text's batch width
     useful = model_flops(emb.model, real)
     done = model_flops(emb.model, padded)
-    peak = matmul_rate()
     print(
         f"tokens: {real.sum()} real, {stats.padded_tokens} padded "
         f"({stats.padded_tokens / max(real.sum(), 1) - 1:.1%} padding)"

@@ -32,6 +32,7 @@ __all__ = [
     "fingerprint_dir",
     "get_spec",
     "resolve_model",
+    "transformer_dir",
 ]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -284,6 +285,17 @@ def _read_json(path: Path) -> dict:
         raise ModelNotFoundError(f"{path} is not valid JSON ({exc}): the model directory is damaged") from exc
 
 
+def transformer_dir(path: str | Path) -> Path:
+    """The folder holding the transformer's config.json: the model directory itself, or for older
+    sentence-transformers layouts the Transformer module's folder (e.g. ``0_Transformer``)."""
+    root = Path(path)
+    if not (root / "config.json").is_file() and (root / "modules.json").is_file():
+        for module in json.loads((root / "modules.json").read_text()):
+            if module.get("type", "").endswith(".Transformer") and (root / module.get("path", "")).is_dir():
+                return root / module.get("path", "")
+    return root
+
+
 def _text_config(config: dict) -> dict:
     return config.get("text_config") or config
 
@@ -355,12 +367,13 @@ def resolve_model(spec: ModelSpec | str) -> ResolvedModel:
     root = _local_dir(spec)
     fingerprint, per_file = _hash_weights(root)
     _check_integrity(spec, root, per_file)
-    config = _read_json(root / "config.json")
+    model_root = transformer_dir(root)
+    config = _read_json(model_root / "config.json")
     if not config:
         raise ModelNotFoundError(
             f"model {spec.name!r}: {root} has no config.json; pass a transformers model directory"
         )
-    hidden = _hidden_size(config, root)
+    hidden = _hidden_size(config, model_root)
     st_dir = (root / "modules.json").is_file() and spec.pooling == "auto"
     dim = _st_output_dim(root, hidden) if st_dir else hidden
     return ResolvedModel(
@@ -368,5 +381,5 @@ def resolve_model(spec: ModelSpec | str) -> ResolvedModel:
         path=str(root),
         fingerprint=fingerprint,
         dim=dim,
-        max_length=_max_length(spec, root, config),
+        max_length=_max_length(spec, model_root, config),
     )

@@ -38,7 +38,9 @@ class Settings(BaseSettings):
         None, ge=1, description="torch threads per worker; default: cores divided by workers"
     )
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    batch_tokens: int = Field(16384, ge=64, description="padded tokens per forward batch (token-budget batching)")
+    batch_tokens: int | None = Field(
+        None, ge=64, description="padded tokens per forward batch; None: 4096 on CPU, 16384 on GPUs"
+    )
     max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
     shard_size: int = Field(4096, ge=1, description="items per shard (one Parquet part, one Dask task)")
     vector_dtype: Literal["float32", "float16"] = "float32"

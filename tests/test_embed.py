@@ -310,3 +310,34 @@ def test_minilm_resolves_and_matches_sentence_transformers():
     res = get_embedder(resolved, device="cpu").embed(words)
     assert res.vectors.shape == (50, 384) and not res.truncated.any()
     _st_checks(resolved.path, res, words)
+
+
+def test_old_sentence_transformers_layout(tmp_path, tiny_model_dir):
+    """Older sentence-transformers saves keep the transformer in a ``0_Transformer`` folder."""
+    import json
+
+    root = shutil.copytree(tiny_model_dir, tmp_path / "old-layout")
+    sub = root / "0_Transformer"
+    sub.mkdir()
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "sentence_bert_config.json",
+    ):
+        shutil.move(root / name, sub / name)
+    modules = json.loads((root / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (root / "modules.json").write_text(json.dumps(modules))
+    resolved = resolve_model(get_spec(str(root)))
+    assert (resolved.dim, resolved.max_length) == (32, 32)
+    assert resolved.fingerprint != fingerprint_dir(tiny_model_dir)  # the weight file's name is hashed too
+    texts = _texts(seed=5)
+    ours = Embedder(resolved, device="cpu").embed(texts)
+    base = Embedder(resolve_model(get_spec(str(tiny_model_dir))), device="cpu").embed(texts)
+    np.testing.assert_allclose(ours.vectors, base.vectors, rtol=1e-5, atol=1e-6)
+    mean = ModelSpec(name="old", source="local", location=str(root), pooling="mean")
+    np.testing.assert_allclose(
+        Embedder(resolve_model(mean), device="cpu").embed(texts).norms, base.norms, rtol=1e-5
+    )

@@ -11,7 +11,7 @@ from pipeline.catalog import ReadOnlyError, check_read_only, open_catalog, run_r
 from pipeline.names import check_name
 from pipeline.parts import embeddings_table, stage_part
 from pipeline.shards import split_shards
-from pipeline.store import Store, StorageError
+from pipeline.store import StorageError, Store
 from tests.helpers import FakeResult, store_synthetic, word_probe_set
 
 
