@@ -52,3 +52,14 @@ def word_probe_set(name: str, n: int, props: dict[str, np.ndarray]) -> ProbeSet:
     long = pl.concat([pl.DataFrame({"item_id": ids, "property": k, "value": v.astype(float)})
                       for k, v in props.items()])
     return ProbeSet(name=name, items=items, properties=long)
+
+
+def partial_spearman(x, y, z) -> float:
+    """Reference partial Spearman: Pearson r of the residuals of rank(x), rank(y) regressed on rank(z)."""
+    from scipy import stats
+
+    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
+    design = np.column_stack([np.ones_like(rz), rz])
+    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
+    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
+    return stats.pearsonr(ex, ey).statistic

@@ -9,16 +9,7 @@ from scipy import stats
 from pipeline.analysis import run_query
 from pipeline.catalog import open_catalog
 from pipeline.store import Store
-from tests.helpers import store_synthetic, word_probe_set
-
-
-def _partial_spearman(x, y, z):
-    """Pearson correlation of the residuals of rank(x), rank(y) regressed on rank(z) (numpy lstsq)."""
-    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
-    design = np.column_stack([np.ones_like(rz), rz])
-    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
-    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
-    return stats.pearsonr(ex, ey).statistic
+from tests.helpers import partial_spearman, store_synthetic, word_probe_set
 
 
 @pytest.fixture
@@ -45,7 +36,7 @@ def test_spearman_and_partial_match_scipy(synthetic_store):
     expected_depth = stats.spearmanr(norms, depth).statistic
     assert got[("min_depth", "spearman")][0] == pytest.approx(expected_depth, abs=1e-9)
     assert got[("zipf", "spearman")][0] == pytest.approx(stats.spearmanr(norms, zipf).statistic, abs=1e-9)
-    expected_partial = _partial_spearman(norms, depth, zipf)
+    expected_partial = partial_spearman(norms, depth, zipf)
     assert got[("min_depth", "partial_spearman_zipf")][0] == pytest.approx(expected_partial, abs=1e-9)
     assert got[("min_depth", "spearman")][1] == len(norms)
     # frequency partialled out of itself is meaningless: not reported
@@ -62,7 +53,7 @@ def test_pearson_log_norm_and_token_partial_match_scipy(synthetic_store):
         assert got[(prop, "pearson_log_norm")] == pytest.approx(
             stats.pearsonr(np.log(norms), values).statistic, abs=1e-9)
         assert got[(prop, "partial_spearman_n_tokens")] == pytest.approx(
-            _partial_spearman(norms, values, n_tokens), abs=1e-9)
+            partial_spearman(norms, values, n_tokens), abs=1e-9)
     assert abs(got[("min_depth", "partial_spearman_n_tokens")] - got[("min_depth", "spearman")]) > 1e-3
 
 
@@ -90,5 +81,5 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
     got = {(r["property"], r["statistic"]): (r["value"], r["n"]) for r in res.iter_rows(named=True)}
     expected = stats.spearmanr(norms, rating).statistic
     assert got[("rating_sd", "spearman")] == pytest.approx((expected, n), abs=1e-9)
-    expected = _partial_spearman(norms[:90], rating[:90], zipf[:90])
+    expected = partial_spearman(norms[:90], rating[:90], zipf[:90])
     assert got[("rating_sd", "partial_spearman_zipf")] == pytest.approx((expected, 90), abs=1e-9)

@@ -16,7 +16,7 @@ from scipy import stats
 from pipeline.analysis import run_query
 from pipeline.catalog import open_catalog
 from pipeline.store import Store
-from tests.helpers import store_synthetic, word_probe_set
+from tests.helpers import partial_spearman, store_synthetic, word_probe_set
 
 M32 = np.uint64(2**32)
 
@@ -40,12 +40,6 @@ def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
     return (h[:, :, None] >= thresholds[None, None, :]).sum(axis=2)
 
 
-def _partial(x, y, z):
-    rx, ry, rz = (stats.rankdata(v) for v in (x, y, z))
-    design = np.column_stack([np.ones_like(rz), rz])
-    ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
-    ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
-    return stats.pearsonr(ex, ey).statistic
 
 
 def bootstrap_ci(weights, norms, values, zipf, n_tokens):
@@ -61,8 +55,8 @@ def bootstrap_ci(weights, norms, values, zipf, n_tokens):
         x, y, z, t = norms[idx], values[idx], zipf[idx], n_tokens[idx]
         reps["spearman"].append(stats.spearmanr(x, y).statistic)
         reps["pearson_log_norm"].append(stats.pearsonr(np.log(x), y).statistic)
-        reps["partial_spearman_zipf"].append(_partial(x, y, z))
-        reps["partial_spearman_n_tokens"].append(_partial(x, y, t))
+        reps["partial_spearman_zipf"].append(partial_spearman(x, y, z))
+        reps["partial_spearman_n_tokens"].append(partial_spearman(x, y, t))
     out = {}
     for k, v in reps.items():
         v = np.asarray(v)

@@ -8,7 +8,6 @@ tables are written, so builders never repeat the name.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -154,7 +153,3 @@ def _validate_relations(ps: ProbeSet, where: str) -> None:
     bad = rel["value"].is_not_null() & ~rel["value"].is_finite()
     if bad.any():
         raise ProbeInputError(f"{where}: relation value is not finite in relation row {_rows(bad)}.")
-
-
-def is_finite_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
