@@ -23,6 +23,7 @@ from pipeline.runs import RunRecord, new_run_id
 from pipeline.settings import Settings, load_settings
 from pipeline.steps import embedding_params, manifest_template
 from pipeline.store import open_store
+from pipeline.validate import warm_gates
 
 
 @dataclass
@@ -57,9 +58,9 @@ def embed_probes(
     log = get_run_logger()
     settings = load_settings(**(overrides or {}))
     out = {"embedded": {}, "skipped": {}, "timings": {}}
-    # submitted first: it also starts the runner's Dask client, which gpu_annotation inspects
-    token_norms = tasks.write_token_norms.submit(settings, resolved, model, release, run_id)
     with gpu_annotation():
+        # first: the worker loads the model and computes these while the probe sets load here
+        token_norms = tasks.compute_token_norms.submit(settings, resolved, model, release)
         for spec in probes:
             ps = tasks.load_probes(settings, spec, run_id)
             todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)
@@ -79,7 +80,7 @@ def embed_probes(
                 progress.advance(rows)
             progress.finish()
             out["embedded"][ps.name] = embedded
-        token_norms.result()
+    tasks.commit_token_norms(settings, token_norms.result(), model, release, run_id)
     return out
 
 
@@ -177,7 +178,7 @@ def run_audit(settings: Settings, model: str, probes: list[str], release: str | 
     """
     overrides = dict(overrides or {})
     t = time.perf_counter()
-    with early_local_cluster(settings) as scheduler_address, prefect_api():
+    with early_local_cluster(settings) as scheduler_address, prefect_api(while_booting=warm_gates):
         api_start = time.perf_counter() - t
         overrides["dask_address"] = scheduler_address()
         cluster_wait = time.perf_counter() - t - api_start

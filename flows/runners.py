@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 
 from prefect_dask import DaskTaskRunner
 
+from flows.boot import local_cluster_kwargs, take_local_cluster
 from pipeline.settings import Settings
-
-
-def local_cluster_kwargs(settings: Settings) -> dict:
-    """Keyword arguments of the default local cluster of worker processes."""
-    return {
-        "n_workers": settings.n_workers,
-        # one task at a time per worker: torch already uses the worker's cores
-        "threads_per_worker": 1,
-        "processes": True,
-        "dashboard_address": None,
-        "silence_logs": logging.WARNING,
-        "preload": ["pipeline.warmup"],
-    }
 
 
 def dask_runner(settings: Settings) -> DaskTaskRunner:
@@ -33,27 +20,34 @@ def dask_runner(settings: Settings) -> DaskTaskRunner:
 
 @contextlib.contextmanager
 def early_local_cluster(settings: Settings):
-    """Start the local cluster in the background now; yield a function returning its address.
+    """Yield a function returning the scheduler address of the local cluster, which starts now
+    (or was started by the CLI, :mod:`flows.boot`) and is closed on exit.
 
     Its workers import torch and transformers while the caller does other start-up work
-    (the Prefect API takes seconds to boot). With ``settings.dask_address`` set nothing is
+    (the Prefect API takes seconds to boot) and join when ready. With ``settings.dask_address`` set nothing is
     started and the function returns that address.
     """
-    if settings.dask_address:
+    future = take_local_cluster(settings)
+    if future is None:
         yield lambda: settings.dask_address
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    from distributed import LocalCluster
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(LocalCluster, **local_cluster_kwargs(settings))
     try:
         yield lambda: future.result().scheduler_address
     finally:
         with contextlib.suppress(Exception):
             future.result().close()
-        pool.shutdown()
+
+
+def _runner_has_gpus() -> bool:
+    """Whether any worker of the current flow's Dask task runner declares a ``GPU`` resource."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = getattr(ctx, "task_runner", None)
+    if not isinstance(runner, DaskTaskRunner):
+        return False
+    workers = runner.client.scheduler_info(n_workers=-1).get("workers", {}).values()  # starts the client
+    return any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
 
 
 @contextlib.contextmanager
@@ -65,15 +59,8 @@ def gpu_annotation():
     satisfy would leave the tasks waiting forever).
     """
     import dask
-    from prefect_dask import get_dask_client
 
-    try:
-        with get_dask_client() as client:
-            workers = client.scheduler_info().get("workers", {}).values()
-            has_gpu = any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
-    except (RuntimeError, ValueError, AttributeError):  # not on a (started) Dask task runner
-        has_gpu = False
-    if not has_gpu:
+    if not _runner_has_gpus():
         yield False
         return
     with dask.annotate(resources={"GPU": 1}):
@@ -81,31 +68,39 @@ def gpu_annotation():
 
 
 @contextlib.contextmanager
-def prefect_api():
+def prefect_api(while_booting=None):
     """Make the flow process and every local Dask worker report to one Prefect API.
 
     With ``PREFECT_API_URL`` set (a running server, or a test harness) that API is used.
-    Otherwise one temporary API is started here, instead of letting every worker
-    process start its own (each start costs seconds and splits the run's records).
-    Worker processes inherit the URL through their environment.
+    Otherwise this process's temporary API (:mod:`flows.boot`, which the CLI starts before
+    its imports) is used, instead of letting every worker process start its own (each
+    start costs seconds and splits the run's records). ``while_booting`` is called while
+    that API boots. Worker processes inherit the URL through their environment.
     """
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from flows.boot import start_api, stop_api
 
     url = PREFECT_API_URL.value()
-    if not url:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        # No telemetry: this machine may have no route out, and the server would log errors.
-        with temporary_settings(updates={PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-            server = SubprocessASGIServer()
-            server.start()
-        # The server stops at interpreter exit (Prefect registers that), after Prefect has
-        # flushed its queued logs and events to it; stopping it here would strand them.
-        url = server.api_url
+    updates = {}
+    if url:
+        stop_api()  # started by the CLI before a profile's PREFECT_API_URL could be read
+        if while_booting:
+            while_booting()
+    else:
+        api = start_api()
+        if while_booting:
+            while_booting()
+        # The server stops at interpreter exit, after Prefect has flushed its queued logs and
+        # events to it; stopping it here would strand them.
+        url = api.wait()
+        # Heartbeats let a server notice a crashed flow run; this server dies with the run, and
+        # each flow's exit waits up to a second for the heartbeat thread.
+        updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = url
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
+        with temporary_settings(updates={PREFECT_API_URL: url, **updates}):
             yield url
     finally:
         if previous is None:

@@ -67,9 +67,15 @@ def validate_and_commit(settings, part, shard, template, run_id: str):
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
-def write_token_norms(settings, resolved, model: str, release: str, run_id: str | None = None):
-    """Store the norms of the model's input token-embedding table once per release."""
-    return steps.write_token_norms(settings, resolved, model, release, run_id)
+def compute_token_norms(settings, resolved, model: str, release: str):
+    """Compute the norms of the model's input token-embedding table on a worker (None if stored)."""
+    return steps.compute_token_norms(settings, resolved, model, release)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def commit_token_norms(settings, computed, model: str, release: str, run_id: str | None = None):
+    """Validate the token norms and store them, once per release."""
+    return steps.commit_token_norms(settings, computed, model, release, run_id)
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)

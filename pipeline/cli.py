@@ -112,6 +112,10 @@ def audit(
         open_store(settings).check_writable()
     except (ValueError, StorageError) as exc:
         _fail(str(exc))
+    from flows.boot import start_api, start_local_cluster
+
+    start_api()  # both boot in other processes while the imports below run (seconds each)
+    start_local_cluster(settings)
     from flows.audit import run_audit
     from pipeline.compare import ReleaseRegression
     from pipeline.progress import RichProgress, use_progress

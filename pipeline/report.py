@@ -341,6 +341,9 @@ def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection 
         f"<h1>normaudit · {html.escape(model)}: releases</h1>",
         f"<p>Release reports, in audit order: {links or '—'}</p>",
     ]
+    if len(releases) < 2:  # a trend needs two points; a page of single dots costs seconds and says nothing
+        body.append("<p>One trend plot per statistic appears here once a second release is audited.</p>")
+        trends = trends.clear()
     position = {r: i for i, r in enumerate(releases)}
     for (analysis, statistic), part in trends.group_by(["analysis", "statistic"], maintain_order=True):
         lines = {}

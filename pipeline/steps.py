@@ -104,29 +104,47 @@ def validate_and_commit(
     return part.rows, {"validation": t1 - t0, "storage": time.perf_counter() - t1}
 
 
-def write_token_norms(settings: Settings, resolved, model: str, release: str, run_id: str | None = None) -> int:
-    """Norms of the input token-embedding table, once per release; returns rows written (0 if present)."""
+def compute_token_norms(settings: Settings, resolved, model: str, release: str) -> dict | None:
+    """Norms of the input token-embedding table and the tokens' zipf, on a worker.
+
+    Returns ``{"norms", "properties"}`` frames for :func:`commit_token_norms`, or None when
+    the release's token norms are already stored (they are computed once per release).
+    """
     from pipeline.embed import get_embedder
+    from pipeline.probes.frequency import token_properties
 
     store = open_store(settings)
-    d = store.token_norms_dir(model, release)
-    if store.exists(f"{d}/part-0.parquet"):
-        write_token_properties(store, model, release)  # roots written before token_properties existed
-        return 0
+    if store.exists(f"{store.token_norms_dir(model, release)}/part-0.parquet"):
+        return None
     embedder = get_embedder(
         resolved, device=settings.device, threads=settings.torch_threads(),
         batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
     )
     tn = embedder.token_norms()
-    frame = pl.DataFrame({
+    norms = pl.DataFrame({
         "model": model, "release": release,
         "token_id": np.asarray(tn.token_ids, dtype=np.int64), "token": list(tn.tokens),
         "norm": np.asarray(tn.norms, dtype=np.float64),
     })
+    props = token_properties(model, release, norms["token_id"].to_list(), norms["token"].to_list())
+    return {"norms": norms, "properties": props}
+
+
+def commit_token_norms(settings: Settings, computed: dict | None, model: str, release: str,
+                       run_id: str | None = None) -> int:
+    """Gate the token norms (GX, in the flow process) and write them; returns rows written (0 if present)."""
     from pipeline.gates import gate_token_norms
 
+    store = open_store(settings)
+    d = store.token_norms_dir(model, release)
+    if computed is None:
+        write_token_properties(store, model, release)  # roots written before token_properties existed
+        return 0
+    frame = computed["norms"]
     gate_token_norms(store, frame.to_arrow(), model, release, run_id)  # GX suite before anything is written
-    write_token_properties(store, model, release, frame)  # first: part-0 marks the release's tokens done
+    if not store.exists(f"{d}/properties.parquet"):
+        store.write_table(f"{d}/properties.parquet", computed["properties"].to_arrow())
+    # last: part-0 marks the release's tokens done
     rows, _ = store.write_table(f"{d}/part-0.parquet", frame.to_arrow())
     return rows
 

@@ -192,6 +192,11 @@ class _GX:
             return cls._instance
 
 
+def warm_gates() -> None:
+    """Import GX and build the suites now (seconds), e.g. while the Prefect API boots."""
+    _GX.get()
+
+
 def suite_json(table: str) -> dict:
     """A suite's definition as GX JSON (what Data Docs show and what :data:`SUITE_VERSION` versions)."""
     return _GX.get().suites[table].to_json_dict()

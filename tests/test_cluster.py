@@ -48,9 +48,9 @@ def _rows(root: str):
     return con.execute("select item_id, norm, vector from embeddings order by item_id").fetchall()
 
 
-@pytest.fixture
-def external_cluster(prefect_api):
-    """`dask scheduler` and two `dask worker` processes on loopback, as a user would start them."""
+def _cluster(worker_args: list[list[str]]):
+    """`dask scheduler` and one `dask worker` per entry of ``worker_args``, on loopback, as a user would start
+    them; yields the scheduler address and stops them all."""
     from prefect.settings import PREFECT_API_URL
 
     port = _free_port()
@@ -58,19 +58,34 @@ def external_cluster(prefect_api):
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    for _ in range(2):
+    for extra in worker_args:
         procs.append(subprocess.Popen(
             [str(BIN / "dask"), "worker", address, "--nthreads", "1", "--no-dashboard",
-             "--preload", "pipeline.warmup"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--preload", "pipeline.warmup", *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     from distributed import Client
 
-    with Client(address, timeout=60) as client:
-        client.wait_for_workers(2, timeout=120)
-    yield address
-    for p in procs[::-1]:
-        p.terminate()
-    for p in procs:
-        p.wait(timeout=30)
+    try:
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(len(worker_args), timeout=120)
+        yield address
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+@pytest.fixture
+def external_cluster(prefect_api):
+    """An external scheduler with two plain workers."""
+    yield from _cluster([[], []])
+
+
+@pytest.fixture
+def gpu_labelled_cluster(prefect_api):
+    """An external scheduler with one worker declaring a GPU resource (a label: this machine has no GPU,
+    the worker runs on its CPU) and one without."""
+    yield from _cluster([["--name", "gpu-worker", "--resources", "GPU=1"], ["--name", "cpu-worker"]])
 
 
 def test_external_scheduler_gives_same_results_as_local(tmp_path, tiny_model_dir, words_csv, external_cluster):
@@ -133,3 +148,22 @@ def test_interrupted_audit_resumes_with_only_the_missing_shards(tmp_path, tiny_m
     assert summary.skipped_shards == {"words": len(committed.parts)}
     con = open_catalog(store)
     assert con.execute("select count(*), count(distinct item_id) from embeddings").fetchall() == [(240, 240)]
+
+
+def test_embedding_tasks_need_a_gpu_when_workers_declare_gpus(tmp_path, tiny_model_dir, words_csv,
+                                                             gpu_labelled_cluster):
+    """Workers started with --resources GPU=1 get every model task; the other worker gets none of them."""
+    from distributed import Client
+
+    root = str(tmp_path / "root")
+    overrides = {"root": root, "dask_address": gpu_labelled_cluster, "shard_size": 16}
+    with Client(gpu_labelled_cluster) as client:
+        client.get_task_stream()  # installs the scheduler's task-stream record from here on
+        summary = run_audit(load_settings(**overrides), str(tiny_model_dir), [words_csv], release="r",
+                            overrides=overrides)
+        stream = client.get_task_stream()
+        names = {addr: w["name"] for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    assert summary.embedded_items == {"words": 240}
+    model_tasks = [t for t in stream if str(t["key"]).startswith(("embed_shard", "compute_token_norms"))]
+    assert len(model_tasks) == 240 // 16 + 1, sorted(str(t["key"]) for t in stream)
+    assert {names[t["worker"]] for t in model_tasks} == {"gpu-worker"}

@@ -209,6 +209,15 @@ def test_report_files_are_self_contained_and_complete(two_releases):
         assert store.read_bytes(f"reports/m/{src}").startswith(PNG_MAGIC)
 
 
+def test_model_index_of_a_single_release_draws_no_trends(tmp_path):
+    store = Store(str(tmp_path / "root"))
+    _audit(store, "v1", 1, 0.02)
+    render_report(store, "m", "v1")
+    index = store.read_bytes("reports/m/index.html").decode()
+    assert "href='v1/index.html'" in index and "once a second release is audited" in index
+    assert "trend_" not in index and not store.glob("reports/m/trend_*.png")
+
+
 def test_report_shows_alerts_and_links_data_docs(two_releases):
     from pipeline.compare import ALERT_COLUMNS, write_alerts
 

@@ -1,0 +1,173 @@
+"""Start the slow services of a local run first: the Prefect API and the local Dask cluster.
+
+**The API.** A temporary Prefect API for one CLI run, started before Prefect is even imported.
+
+Prefect's own temporary server (``SubprocessASGIServer``) is started only after
+``prefect.server`` has been imported in the calling process: seconds of imports,
+then seconds of server boot, one after the other. Here the server process is
+spawned first, the same way Prefect spawns it (uvicorn over
+``prefect.server.api.server:create_app`` with the ephemeral flags), and the
+caller imports flows, Great Expectations and the rest while it boots.
+
+**The cluster.** The local cluster's scheduler starts on a background thread at once; its
+worker processes join when they have imported torch and transformers, and tasks queue on
+the scheduler until then, so neither the API nor the flow waits for them.
+
+Importing this module imports nothing heavy. Nothing here runs when ``PREFECT_API_URL``
+points at a running server or ``dask_address`` at a running scheduler.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future
+from threading import Thread
+
+_STARTUP_TIMEOUT_S = 120.0
+
+
+class TemporaryAPI:
+    """One Prefect API server process on a free loopback port; stopped at interpreter exit."""
+
+    def __init__(self):
+        prefect_dir = importlib.util.find_spec("prefect").submodule_search_locations[0]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            # no telemetry: this machine may have no route out, and the server would log errors
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", os.path.dirname(prefect_dir), "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
+             "--log-level", "error", "--lifespan", "on"],
+            env=env,
+        )
+        # Registered before Prefect registers its own exit handlers, so it runs after them
+        # (atexit is last-in first-out): queued logs and events reach the server first.
+        atexit.register(self.stop)
+        self._ready = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def wait(self, timeout: float = _STARTUP_TIMEOUT_S) -> str:
+        """Block until the API answers its health check; return its URL."""
+        deadline = time.monotonic() + timeout
+        while not self._ready:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the temporary Prefect API exited with code {self.process.returncode} before it was ready; "
+                    "run `prefect server start` to see why, or set PREFECT_API_URL to a running server."
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    self._ready = response.status == 200
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"the temporary Prefect API did not answer within {timeout:.0f} s; "
+                        "set PREFECT_API_URL to a running server."
+                    ) from None
+                time.sleep(0.05)
+        return self.url
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+_api: TemporaryAPI | None = None
+
+
+def start_api() -> TemporaryAPI | None:
+    """Start this process's temporary API unless ``PREFECT_API_URL`` is set; idempotent, returns at once."""
+    global _api
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    if _api is None or _api.process.poll() is not None:
+        _api = TemporaryAPI()
+    return _api
+
+
+def stop_api() -> None:
+    """Stop this process's temporary API, if one was started."""
+    global _api
+    if _api is not None:
+        _api.stop()
+        _api = None
+
+
+def local_cluster_kwargs(settings) -> dict:
+    """Keyword arguments of the default local cluster of worker processes."""
+    return {
+        "n_workers": settings.n_workers,
+        # one task at a time per worker: torch already uses the worker's cores
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": None,
+        "silence_logs": logging.WARNING,
+        "preload": ["pipeline.warmup", "pipeline.worker_exit"],
+    }
+
+
+_cluster: tuple[dict, Future] | None = None
+
+
+def start_local_cluster(settings) -> Future | None:
+    """Start the local cluster on a background thread unless ``settings.dask_address`` is set.
+
+    Returns a future of the ``LocalCluster``; a later call with the same settings returns the
+    same future until :func:`take_local_cluster` hands it to its owner.
+    """
+    global _cluster
+    if settings.dask_address:
+        return None
+    kwargs = local_cluster_kwargs(settings)
+    if _cluster is None or _cluster[0] != kwargs:
+        future: Future = Future()
+
+        def run():
+            try:
+                from distributed import LocalCluster
+
+                # The scheduler first, then workers in the background: a flow can start (and queue
+                # its first tasks) while the workers still import torch.
+                cluster = LocalCluster(**{**kwargs, "n_workers": 0})
+                cluster.scale(kwargs["n_workers"])
+                future.set_result(cluster)
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+        Thread(target=run, name="normaudit-local-cluster", daemon=True).start()
+        _cluster = (kwargs, future)
+    return _cluster[1]
+
+
+def take_local_cluster(settings) -> Future | None:
+    """The started (or now starting) local cluster's future; the caller owns and closes the cluster."""
+    global _cluster
+    future = start_local_cluster(settings)
+    _cluster = None
+    return future
