@@ -19,6 +19,8 @@ AUDIT_ANALYSES = [
     "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
     "retrieval_calibration", "norm_rescoring",
 ]
+# Staging queries: materialized once per connection and scope, read by the analyses named beside them.
+STAGING = {"stg_analysis_values": ("norm_vs_property", "norm_vs_property_ci", "norm_by_bin")}
 # Companion queries whose ci_low/ci_high are joined onto an analysis's rows
 # by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
@@ -51,12 +53,45 @@ def load_sql(name: str) -> str:
     return path.read_text()
 
 
-def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
-    """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``)."""
-    sql = load_sql(name)
+def _bind(sql: str, params: dict) -> dict:
     named = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    used = {k: v for k, v in params.items() if k in named}
-    return con.sql(sql, params=used).pl()
+    return {k: v for k, v in params.items() if k in named}
+
+
+def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str) -> None:
+    """Materialize staging query ``sql/<name>.sql`` as a temporary table ``name`` for one scope.
+
+    Once per connection and (model, release): the analyses that read it then share one string join
+    and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
+    """
+    con.execute("create temp table if not exists staged_scopes (name varchar, model varchar, release varchar)")
+    current = con.execute("select model, release from staged_scopes where name = $name", {"name": name}).fetchall()
+    if current == [(model, release)]:
+        return
+    sql = load_sql(name)
+    # rows may be written in any order (queries order their output): writing the table is then parallel
+    # and about three times cheaper; the connection's own setting is restored after
+    keep = con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]
+    con.execute("set preserve_insertion_order = false")
+    try:
+        con.execute(f"create or replace temp table {name} as {sql}", _bind(sql, {"model": model, "release": release}))
+    finally:
+        con.execute(f"set preserve_insertion_order = {'true' if keep else 'false'}")
+    con.execute("delete from staged_scopes where name = $name", {"name": name})
+    con.execute("insert into staged_scopes values ($name, $model, $release)",
+                {"name": name, "model": model, "release": release})
+
+
+def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
+    """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``).
+
+    A query reading a staging table (:data:`STAGING`) gets it built first for its ``model`` and ``release``.
+    """
+    sql = load_sql(name)
+    for table in STAGING:
+        if re.search(rf"\b{table}\b", sql):
+            ensure_staged(con, table, params["model"], params["release"])
+    return con.sql(sql, params=_bind(sql, params)).pl()
 
 
 def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:

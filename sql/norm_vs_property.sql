@@ -19,29 +19,11 @@
 -- columns: model, release, probe_set, property, statistic, value, n
 with
 
-embeddings_in_scope as (
-    select
-        probe_set, item_id, norm, n_tokens,
-        row_number() over (partition by probe_set order by item_id) - 1 as pos
-    from embeddings
-    where model = $model and release = $release
-),
-
-properties as (
-    select probe_set, item_id, property, value from probe_properties where value is not null
-),
-
-zipf as (
-    select probe_set, item_id, value as zipf from probe_properties where property = 'zipf'
-),
-
-joined as (
-    select
-        hash(e.probe_set, p.property) as group_key,
-        e.probe_set, p.property, e.item_id, e.pos, e.norm, e.n_tokens, p.value, z.zipf
-    from embeddings_in_scope as e
-    inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
-    left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
+-- the release's items with their property values, norm, n_tokens and zipf, joined once for the suite
+joined as not materialized (
+    select group_key, probe_set, property, item_key, pos, norm, n_tokens, value, zipf, r_norm, r_tokens, r_zipf,
+        set_items
+    from stg_analysis_values
 ),
 
 -- one row per (probe set, property): which statistics exist, and a small integer id
@@ -53,45 +35,49 @@ coverage as (
         count(*) as n_items,
         count(zipf) as n_with_zipf,
         any_value(property) <> 'zipf' and count(zipf) > 0 as has_zipf_control,
-        min(n_tokens) < max(n_tokens) as has_token_control
+        min(n_tokens) < max(n_tokens) as has_token_control,
+        any_value(set_items) as set_items
     from joined
     group by group_key
 ),
 
 -- the samples statistics are computed on. sample_id = 2 * group_id: every item with the property;
 -- 2 * group_id + 1: the items that also have a zipf, needed only where some lack one (else the zipf
--- control is computed on the first)
+-- control is computed on the first). A full sample holds every embedded item of its probe set: the
+-- staged item ranks are its ranks (usually every sample). The others rank their own items below.
 samples_declared as (
-    select *, 2 * group_id as sample_id, false as zipf_only
+    select *, 2 * group_id as sample_id, false as zipf_only, n_items = set_items as full_set
     from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
     union all
-    select *, 2 * group_id + 1, true
+    select *, 2 * group_id + 1, true, false
     from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
     where has_zipf_control and n_with_zipf < n_items
 ),
 
-sample_members as (
-    select s.sample_id, j.probe_set, j.item_id, j.pos, j.norm, j.n_tokens, j.value, j.zipf
+sample_members as not materialized (
+    select s.sample_id, s.full_set, j.item_key, j.pos, j.norm, j.n_tokens, j.value, j.zipf, j.r_norm, j.r_tokens,
+        j.r_zipf
     from joined as j
     inner join samples_declared as s using (group_key)
     where not s.zipf_only or j.zipf is not null
 ),
 
--- samples with the same item set (usually: every item has every property) share the ranks of the
--- item-level variables norm, n_tokens and zipf
+-- samples over part of a probe set: those with the same item set share the ranks of the item-level
+-- variables norm, n_tokens and zipf
 item_set_signatures as (
-    select sample_id, any_value(probe_set) as probe_set, count(*) as n, sum(hash(item_id)) as digest
+    select sample_id, any_value(item_key // 4294967296) as set_id, count(*) as n, sum(hash(item_key)) as digest
     from sample_members
+    where not full_set
     group by sample_id
 ),
 
 samples as (
     select
         d.*,
-        dense_rank() over (order by g.probe_set, g.n, g.digest) as item_set_id,
-        row_number() over (partition by g.probe_set, g.n, g.digest order by d.sample_id) = 1 as represents_set
+        dense_rank() over (order by g.set_id, g.n, g.digest) as item_set_id,
+        row_number() over (partition by g.set_id, g.n, g.digest order by d.sample_id) = 1 as represents_set
     from samples_declared as d
-    inner join item_set_signatures as g using (sample_id)
+    left join item_set_signatures as g using (sample_id)
 ),
 
 item_set_members as (
@@ -151,16 +137,27 @@ item_ranks as (
 
 -- ranks of the property within each sample: by counting equal values where there are few (integer
 -- properties, rounded scores), by sorting where there are many
-sample_shapes as (
-    select sample_id, count(distinct value) * 8 <= count(*) as few_values from sample_members group by all
+-- a sample's attributes in one small table, joined once per member row. few_values picks the cheaper of two
+-- exact rankings, so an estimate of the distinct values will do
+sample_info as (
+    select
+        s.sample_id, s.item_set_id,
+        approx_count_distinct(m.value) * 8 <= count(*) as few_values
+    from sample_members as m
+    inner join samples as s using (sample_id)
+    group by s.sample_id, s.item_set_id
+),
+
+sample_rows as not materialized (
+    select
+        m.sample_id, m.full_set, m.value, ln(m.norm) as log_norm, m.r_norm, m.r_tokens, m.r_zipf, i.few_values,
+        i.item_set_id * 4294967296 + m.pos as item_key
+    from sample_members as m
+    inner join sample_info as i using (sample_id)
 ),
 
 value_counts as (
-    select m.sample_id, m.value, count(*) as c
-    from sample_members as m
-    inner join sample_shapes as s using (sample_id)
-    where s.few_values
-    group by all
+    select sample_id, value, count(*) as c from sample_rows where few_values group by all
 ),
 
 value_ranks as (
@@ -172,36 +169,38 @@ value_ranks as (
 ),
 
 property_rows as (
-    select
-        m.sample_id, m.value, ln(m.norm) as log_norm, v.r as r_value,
-        s.item_set_id * 4294967296 + m.pos as item_key
-    from sample_members as m
-    inner join samples as s using (sample_id)
-    inner join value_ranks as v on v.sample_id = m.sample_id and v.value = m.value
+    select r.sample_id, r.full_set, r.value, r.log_norm, v.r as r_value, r.r_norm, r.r_tokens, r.r_zipf, r.item_key
+    from sample_rows as r
+    inner join value_ranks as v on v.sample_id = r.sample_id and v.value = r.value
+    where r.few_values
     union all
     select
-        m.sample_id, m.value, ln(m.norm),
-        (rank() over w_value + count(*) over w_value) / 2.0,
-        s.item_set_id * 4294967296 + m.pos
-    from sample_members as m
-    inner join samples as s using (sample_id)
-    inner join sample_shapes as h using (sample_id)
-    where not h.few_values
-    window w_value as (partition by m.sample_id order by m.value)
+        sample_id, full_set, value, log_norm, (rank() over w_value + count(*) over w_value) / 2.0, r_norm, r_tokens,
+        r_zipf, item_key
+    from sample_rows
+    where not few_values
+    window w_value as (partition by sample_id order by value)
 ),
 
 correlations as (
     select
         p.sample_id,
-        corr(i.r_norm, p.r_value) as r_nv,
-        corr(i.r_norm, i.r_tokens) as r_nt,
-        corr(p.r_value, i.r_tokens) as r_vt,
-        corr(i.r_norm, i.r_zipf) as r_nz,
-        corr(p.r_value, i.r_zipf) as r_vz,
-        corr(p.log_norm, p.value) as r_lx,
+        corr(r_norm, r_value) as r_nv,
+        corr(r_norm, r_tokens) as r_nt,
+        corr(r_value, r_tokens) as r_vt,
+        corr(r_norm, r_zipf) as r_nz,
+        corr(r_value, r_zipf) as r_vz,
+        corr(log_norm, value) as r_lx,
         count(*) as n
-    from property_rows as p
-    inner join item_ranks as i using (item_key)
+    from (
+        select
+            p.sample_id, p.value, p.log_norm, p.r_value,
+            if(p.full_set, p.r_norm, i.r_norm) as r_norm,
+            if(p.full_set, p.r_tokens, i.r_tokens) as r_tokens,
+            if(p.full_set, p.r_zipf, i.r_zipf) as r_zipf
+        from property_rows as p
+        left join item_ranks as i using (item_key)  -- item_key is null in full samples: no match
+    ) as p
     group by p.sample_id
 ),
 

@@ -14,29 +14,10 @@
 -- columns: model, release, probe_set, property, statistic, ci_low, ci_high, n_resamples
 with
 
-embeddings_in_scope as (
-    select
-        probe_set, item_id, norm, n_tokens,
-        row_number() over (partition by probe_set order by item_id) - 1 as pos
-    from embeddings
-    where model = $model and release = $release
-),
-
-properties as (
-    select probe_set, item_id, property, value from probe_properties where value is not null
-),
-
-zipf as (
-    select probe_set, item_id, value as zipf from probe_properties where property = 'zipf'
-),
-
+-- the release's items with their property values, norm, n_tokens and zipf, joined once for the suite
 joined as (
-    select
-        hash(e.probe_set, p.property) as group_key,
-        e.probe_set, p.property, e.item_id, e.pos, e.norm, e.n_tokens, p.value, z.zipf
-    from embeddings_in_scope as e
-    inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
-    left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
+    select group_key, probe_set, property, item_key, pos, norm, n_tokens, value, zipf
+    from stg_analysis_values
 ),
 
 -- one row per (probe set, property): which statistics exist, and a small integer id
@@ -66,7 +47,7 @@ samples_declared as (
 ),
 
 sample_members as (
-    select s.sample_id, j.probe_set, j.item_id, j.pos, j.norm, j.n_tokens, j.value, j.zipf
+    select s.sample_id, j.item_key, j.pos, j.norm, j.n_tokens, j.value, j.zipf
     from joined as j
     inner join samples_declared as s using (group_key)
     where not s.zipf_only or j.zipf is not null
@@ -75,7 +56,7 @@ sample_members as (
 -- samples with the same item set (usually: every item has every property) share the ranks of the
 -- item-level variables norm, n_tokens and zipf
 item_set_signatures as (
-    select sample_id, any_value(probe_set) as probe_set, count(*) as n, sum(hash(item_id)) as digest
+    select sample_id, any_value(item_key // 4294967296) as set_id, count(*) as n, sum(hash(item_key)) as digest
     from sample_members
     group by sample_id
 ),
@@ -83,8 +64,8 @@ item_set_signatures as (
 samples as (
     select
         d.*,
-        dense_rank() over (order by g.probe_set, g.n, g.digest) as item_set_id,
-        row_number() over (partition by g.probe_set, g.n, g.digest order by d.sample_id) = 1 as represents_set
+        dense_rank() over (order by g.set_id, g.n, g.digest) as item_set_id,
+        row_number() over (partition by g.set_id, g.n, g.digest order by d.sample_id) = 1 as represents_set
     from samples_declared as d
     inner join item_set_signatures as g using (sample_id)
 ),
@@ -111,18 +92,20 @@ replicate_keys as (
     from range($resamples) as t(b)
 ),
 
+-- positions are 0..n-1 in every probe set: the weights of 0..(largest n)-1 serve them all. "& (2^32 - 1)"
+-- is "mod 2^32" on these non-negative integers, and cheaper
 positions as (
-    select distinct pos from joined
+    select range as pos from range((select max(pos) + 1 from joined))
 ),
 
 mix_0 as (
-    select r.b, p.pos, xor(r.key, p.pos % 4294967296) as h from positions as p cross join replicate_keys as r
+    select r.b, p.pos, xor(r.key, (p.pos & 4294967295)::ubigint) as h from positions as p cross join replicate_keys as r
 ),
 
 mix_1 as (select b, pos, xor(h, h >> 16) as h from mix_0),
-mix_2 as (select b, pos, (h * 2146121005) % 4294967296 as h from mix_1),
+mix_2 as (select b, pos, (h * 2146121005) & 4294967295 as h from mix_1),
 mix_3 as (select b, pos, xor(h, h >> 15) as h from mix_2),
-mix_4 as (select b, pos, (h * 2221713035) % 4294967296 as h from mix_3),
+mix_4 as (select b, pos, (h * 2221713035) & 4294967295 as h from mix_3),
 mix_5 as (select b, pos, xor(h, h >> 16) as h from mix_4),
 
 poisson as (
@@ -189,101 +172,106 @@ zipf_ranks as (
     )
 ),
 
--- norm is ranked by sorting the resample with an item of weight w as w rows (its copies form one tie
--- group): average rank = (rank() + rows up to and including the tie group) / 2; one row per item is kept.
--- Ranks are centred on their exact mean (size + 1) / 2, so weighted sums of products are central moments.
-item_copies as (
+-- norm is ranked by sorting each resample once, one row per item with its weight w (its w copies form one
+-- tie group): average rank = weight of the items up to and including its tie group - (weight of the tie
+-- group - 1) / 2; both sums come from one sort (RANGE frames include the peers). Ranks are centred on
+-- their exact mean (size + 1) / 2, so weighted sums of products are central moments.
+item_ranks as (
     select
-        r.item_rep, r.pos, r.w, r.norm, r.x_log_norm, s.size,
+        r.item_rep // $resamples as item_set_id, r.item_rep % $resamples as b, r.pos, r.w, r.x_log_norm,
         t.r - (s.size + 1) / 2.0 as r_tokens,
         z.r - (s.size + 1) / 2.0 as r_zipf,
-        unnest(range(r.w)) as copy
+        sum(r.w::double) over w_up_to - (sum(r.w::double) over w_ties - 1) / 2.0 - (s.size + 1) / 2.0 as r_norm,
+        (s.size + 1) / 2.0 as mid
     from item_rows as r
     inner join replicate_sizes as s using (item_rep)
     inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
     left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
+    window
+        w_up_to as (partition by r.item_rep order by r.norm range between unbounded preceding and current row),
+        w_ties as (partition by r.item_rep order by r.norm range between current row and current row)
 ),
 
-item_ranks as (
-    select item_key, w, x_log_norm, r_norm, r_tokens, r_zipf
-    from (
-        select
-            item_rep * 4294967296 + pos as item_key, w, x_log_norm, r_tokens, r_zipf, copy,
-            (rank() over w_norm + count(*) over w_norm - size - 1) / 2.0 as r_norm
-        from item_copies
-        window w_norm as (partition by item_rep order by norm)
-    )
-    where copy = 0
-),
-
--- the property within each (sample, replicate): ranked by value weights where it has few distinct values,
--- by sorting copies where many
-sample_shapes as (
-    select sample_id, count(distinct value) * 8 <= count(*) as few_values from sample_members group by all
-),
-
-sample_rows as (
+-- a sample's attributes in one small table: one join per member row, before the rows are replicated
+sample_info as (
     select
-        m.sample_id * $resamples + w.b as sample_rep,
-        (s.item_set_id * $resamples + w.b) * 4294967296 + m.pos as item_key,
-        w.w, m.value, m.value - c.mean_value as x_value, h.few_values
+        s.sample_id, s.item_set_id, c.mean_value,
+        -- a performance choice only (both rankings are exact): an estimate of the distinct values will do
+        approx_count_distinct(m.value) * 8 <= count(*) as few_values
     from sample_members as m
     inner join samples as s using (sample_id)
     inner join sample_centres as c using (sample_id)
-    inner join sample_shapes as h using (sample_id)
-    inner join weights as w using (pos)
+    group by s.sample_id, s.item_set_id, c.mean_value
 ),
 
+member_info as not materialized (
+    select m.sample_id, i.item_set_id, m.pos, m.value, m.value - i.mean_value as x_value, i.few_values
+    from sample_members as m
+    inner join sample_info as i using (sample_id)
+),
+
+-- the property within each (sample, replicate): where it has few distinct values, the weight of each
+-- value in the resample gives its average rank (as n_tokens above); where many, the weighted rows are
+-- sorted (as norm above). Each member row of a resample meets its item's ranks in one join on
+-- (item set, position).
 value_ranks as (
     select
         sample_rep, value,
         sum(weight) over (partition by sample_rep order by value rows between unbounded preceding and current row)
             - (weight - 1) / 2.0 as r
-    from (select sample_rep, value, sum(w) as weight from sample_rows where few_values group by all)
+    from (
+        select m.sample_id * $resamples + w.b as sample_rep, m.value, sum(w.w) as weight
+        from member_info as m
+        inner join weights as w using (pos)
+        where m.few_values
+        group by all
+    )
 ),
 
-property_ranks as (
-    select r.sample_rep, r.item_key, r.x_value, v.r as r_value
-    from sample_rows as r
-    inner join value_ranks as v on v.sample_rep = r.sample_rep and v.value = r.value
-    where r.few_values
+property_rows as (
+    select
+        m.sample_id * $resamples + i.b as sample_rep, i.w, i.r_norm, i.r_tokens, i.r_zipf, i.x_log_norm, i.mid,
+        m.x_value, v.r as r_value
+    from member_info as m
+    inner join item_ranks as i on i.item_set_id = m.item_set_id and i.pos = m.pos
+    inner join value_ranks as v on v.sample_rep = m.sample_id * $resamples + i.b and v.value = m.value
+    where m.few_values
     union all
-    select sample_rep, item_key, x_value, r_value
+    select
+        sample_rep, w, r_norm, r_tokens, r_zipf, x_log_norm, mid, x_value,
+        sum(w::double) over w_up_to - (sum(w::double) over w_ties - 1) / 2.0 as r_value
     from (
         select
-            c.sample_rep, c.item_key, c.x_value, c.copy,
-            (rank() over w_value + count(*) over w_value) / 2.0 as r_value
-        from (
-            select sample_rep, item_key, value, x_value, unnest(range(w)) as copy
-            from sample_rows
-            where not few_values
-        ) as c
-        window w_value as (partition by c.sample_rep order by c.value)
+            m.sample_id * $resamples + i.b as sample_rep, m.value, i.w, i.r_norm, i.r_tokens, i.r_zipf,
+            i.x_log_norm, i.mid, m.x_value
+        from member_info as m
+        inner join item_ranks as i on i.item_set_id = m.item_set_id and i.pos = m.pos
+        where not m.few_values
     )
-    where copy = 0
+    window
+        w_up_to as (partition by sample_rep order by value range between unbounded preceding and current row),
+        w_ties as (partition by sample_rep order by value range between current row and current row)
 ),
 
 moments as (
     select
-        p.sample_rep // $resamples as sample_id,
-        p.sample_rep % $resamples as b,
-        sum(i.w * i.r_norm * (p.r_value - (s.size + 1) / 2.0)) as snv,
-        sum(i.w * i.r_norm * i.r_norm) as snn,
-        sum(i.w * (p.r_value - (s.size + 1) / 2.0) ^ 2) as svv,
-        sum(i.w * i.r_norm * i.r_tokens) as snt,
-        sum(i.w * (p.r_value - (s.size + 1) / 2.0) * i.r_tokens) as svt,
-        sum(i.w * i.r_tokens * i.r_tokens) as stt,
-        sum(i.w * i.r_norm * i.r_zipf) as snz,
-        sum(i.w * (p.r_value - (s.size + 1) / 2.0) * i.r_zipf) as svz,
-        sum(i.w * i.r_zipf * i.r_zipf) as szz,
-        sum(i.w) as sw,
-        sum(i.w * i.x_log_norm) as sl, sum(i.w * p.x_value) as sx,
-        sum(i.w * i.x_log_norm * i.x_log_norm) as sll, sum(i.w * p.x_value * p.x_value) as sxx,
-        sum(i.w * i.x_log_norm * p.x_value) as slx
-    from property_ranks as p
-    inner join item_ranks as i using (item_key)
-    inner join replicate_sizes as s on s.item_rep = p.item_key // 4294967296
-    group by p.sample_rep
+        sample_rep // $resamples as sample_id,
+        sample_rep % $resamples as b,
+        sum(w * r_norm * (r_value - mid)) as snv,
+        sum(w * r_norm * r_norm) as snn,
+        sum(w * (r_value - mid) ^ 2) as svv,
+        sum(w * r_norm * r_tokens) as snt,
+        sum(w * (r_value - mid) * r_tokens) as svt,
+        sum(w * r_tokens * r_tokens) as stt,
+        sum(w * r_norm * r_zipf) as snz,
+        sum(w * (r_value - mid) * r_zipf) as svz,
+        sum(w * r_zipf * r_zipf) as szz,
+        sum(w) as sw,
+        sum(w * x_log_norm) as sl, sum(w * x_value) as sx,
+        sum(w * x_log_norm * x_log_norm) as sll, sum(w * x_value * x_value) as sxx,
+        sum(w * x_log_norm * x_value) as slx
+    from property_rows
+    group by sample_rep
 ),
 
 replicate_correlations as (

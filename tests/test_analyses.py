@@ -50,6 +50,27 @@ def test_norm_by_bin_deciles_match_numpy(word_store):
     assert "bin11_mean" not in got
 
 
+def test_norm_by_bin_deciles_of_a_tied_property_match_numpy(tmp_path):
+    """40 values over 1,003 items: bins are found by counting values, and the values whose items straddle a
+    decile boundary are split in item_id order, as when the rows are sorted."""
+    rng = np.random.default_rng(11)
+    n = 1003
+    level = rng.integers(0, 40, n).astype(float)
+    norms = 1 + 0.01 * level + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    store_synthetic(store, "m", "r1", word_probe_set("words", n, {"level": level}), norms)
+    got = _bins(run_query(open_catalog(store), "norm_by_bin", model="m", release="r1", n_bins=10), "level")
+    ids = np.array([f"w{i:05d}" for i in range(n)])
+    order = np.lexsort((ids, level))
+    for b, members in enumerate(np.array_split(order, 10), start=1):
+        x = norms[members]
+        assert got[f"bin{b:02d}_mean"] == pytest.approx((x.mean(), len(x)), abs=1e-9)
+        assert got[f"bin{b:02d}_median"][0] == pytest.approx(np.median(x), abs=1e-9)
+        assert got[f"bin{b:02d}_low"][0] == level[members].min()
+    edges = np.cumsum([len(m) for m in np.array_split(order, 10)])[:-1]
+    assert any(level[order[e - 1]] == level[order[e]] for e in edges)  # some value straddles a boundary
+
+
 def test_norm_by_bin_one_bin_per_value_when_few(word_store):
     store, norms, _, depth = word_store
     got = _bins(

@@ -83,3 +83,6 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
     assert got[("rating_sd", "spearman")] == pytest.approx((expected, n), abs=1e-9)
     expected = partial_spearman(norms[:90], rating[:90], zipf[:90])
     assert got[("rating_sd", "partial_spearman_zipf")] == pytest.approx((expected, 90), abs=1e-9)
+    # a property of part of the probe set is ranked over its own items, not the probe set's
+    expected = stats.spearmanr(norms[:90], zipf[:90]).statistic
+    assert got[("zipf", "spearman")] == pytest.approx((expected, 90), abs=1e-9)
