@@ -12,6 +12,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass, field
 
+import dask
 from prefect import flow, get_run_logger
 from prefect.futures import as_completed
 
@@ -59,8 +60,10 @@ def embed_probes(
     settings = load_settings(**(overrides or {}))
     out = {"embedded": {}, "skipped": {}, "timings": {}}
     with gpu_annotation():
-        # first: the worker loads the model and computes these while the probe sets load here
-        token_norms = tasks.compute_token_norms.submit(settings, resolved, model, release)
+        # submitted first, so an idle worker loads the model and computes these while the probe sets load
+        # here; at a lower priority, so a worker that joins later takes the first shard before them
+        with dask.annotate(priority=-1):
+            token_norms = tasks.compute_token_norms.submit(settings, resolved, model, release)
         for spec in probes:
             ps = tasks.load_probes(settings, spec, run_id)
             todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)

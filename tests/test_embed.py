@@ -131,6 +131,41 @@ def test_st_matches_sentence_transformers(tiny_st, tiny_model_dir):
     _st_checks(tiny_model_dir, emb.embed(texts), texts)
 
 
+def test_common_st_stack_runs_without_sentence_transformers(tiny_model_dir):
+    """Transformer -> mean Pooling -> Normalize is run by the embedder itself: a fresh process embeds with
+    it and never imports sentence-transformers (the vectors are checked against it above)."""
+    code = (
+        "import sys; from pipeline.embed import Embedder; from pipeline.models import get_spec, resolve_model; "
+        f"e = Embedder(resolve_model(get_spec({str(tiny_model_dir)!r})), device='cpu'); "
+        "r = e.embed(['dog', 'a cat']); assert r.vectors.shape == (2, 32) and e.pooling == 'mean'; "
+        "assert 'sentence_transformers' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_other_st_stacks_are_run_by_sentence_transformers(tmp_path, tiny_model_dir):
+    """A stack with a Dense layer (or a pooling the embedder does not compute) goes to the library."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize
+
+    from pipeline.embed import native_st_pooling
+
+    st = SentenceTransformer(str(tiny_model_dir), device="cpu", local_files_only=True)
+    transformer, pooling = list(st)[:2]
+    torch.manual_seed(0)
+    SentenceTransformer(modules=[transformer, pooling, Dense(32, 16), Normalize()], device="cpu").save(
+        str(tmp_path / "dense"))
+    assert native_st_pooling(tiny_model_dir) == "mean"
+    assert native_st_pooling(tmp_path / "dense") is None
+    resolved = resolve_model(get_spec(str(tmp_path / "dense")))
+    assert resolved.dim == 16
+    texts = _texts(seed=3)
+    emb = Embedder(resolved, device="cpu")
+    assert emb.pooling == "st"
+    _st_checks(tmp_path / "dense", emb.embed(texts), texts)
+
+
 # -- tiny plain transformers model ----------------------------------------------------------------
 
 

@@ -1,0 +1,69 @@
+"""flows/boot.py: the temporary Prefect API and the early local cluster of a CLI run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flows.boot import local_cluster_kwargs, start_local_cluster, take_local_cluster
+from pipeline.settings import load_settings
+
+pytestmark = pytest.mark.slow
+
+
+def test_temporary_api_records_flow_and_task_runs(tmp_path):
+    """Our own temporary API (spawned before Prefect is imported) stores runs, task runs and their final
+    states, though it keeps no event stream. A fresh PREFECT_HOME: nothing from earlier runs is counted."""
+    code = textwrap.dedent("""
+        import asyncio, os
+        from flows.boot import start_api
+        api = start_api()
+        assert start_api() is api  # one per process
+        os.environ["PREFECT_API_URL"] = api.wait()
+        from prefect import flow, task
+        from prefect.client.orchestration import get_client
+
+        @task
+        def add(x):
+            return x + 1
+
+        @flow
+        def f():
+            return add(1) + add(2)
+
+        assert f() == 5
+
+        async def read():
+            async with get_client() as client:
+                for _ in range(50):  # task runs are recorded from events, asynchronously
+                    runs = await client.read_task_runs()
+                    if len(runs) == 2 and all(r.state_name == "Completed" for r in runs):
+                        break
+                    await asyncio.sleep(0.2)
+                return [r.state_name for r in runs], [r.state_name for r in await client.read_flow_runs()]
+
+        print(asyncio.run(read()))
+    """)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "(['Completed', 'Completed'], ['Completed'])"
+
+
+def test_local_cluster_starts_once_and_not_at_all_with_an_address():
+    settings = load_settings(n_workers=1)
+    assert start_local_cluster(load_settings(dask_address="tcp://127.0.0.1:1")) is None
+    first = start_local_cluster(settings)
+    assert start_local_cluster(settings) is first  # the CLI's early start is the one the flow takes
+    assert take_local_cluster(settings) is first
+    cluster = first.result(timeout=120)
+    try:
+        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.warmup", "pipeline.worker_exit"]
+        cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
+    finally:
+        cluster.close()
+    assert take_local_cluster(settings) is not first  # taken: the next run starts its own
+    take_local_cluster(settings).result(timeout=120).close()
