@@ -130,7 +130,10 @@ def local_cluster_kwargs(settings) -> dict:
         # one task at a time per worker: torch already uses the worker's cores
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": None,
+        "dashboard_address": None,  # no dashboard, and none of its modules imported
+        # the scheduler's plain HTTP routes (health, metrics) on a free loopback port: two clusters of one
+        # machine never contend for 8787
+        "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
         "silence_logs": logging.WARNING,
         "preload": ["pipeline.warmup", "pipeline.worker_exit"],
     }
@@ -149,7 +152,10 @@ def start_local_cluster(settings) -> Future | None:
     if settings.dask_address:
         return None
     kwargs = local_cluster_kwargs(settings)
-    if _cluster is None or _cluster[0] != kwargs:
+    if _cluster is not None and _cluster[0] != kwargs:  # started for other settings and never taken
+        _cluster[1].add_done_callback(_close_cluster)
+        _cluster = None
+    if _cluster is None:
         future: Future = Future()
 
         def run():
@@ -167,6 +173,11 @@ def start_local_cluster(settings) -> Future | None:
         Thread(target=run, name="normaudit-local-cluster", daemon=True).start()
         _cluster = (kwargs, future)
     return _cluster[1]
+
+
+def _close_cluster(future: Future) -> None:
+    if future.exception() is None:
+        future.result().close()
 
 
 def take_local_cluster(settings) -> Future | None:

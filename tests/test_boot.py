@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -67,3 +68,17 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
         cluster.close()
     assert take_local_cluster(settings) is not first  # taken: the next run starts its own
     take_local_cluster(settings).result(timeout=120).close()
+
+
+def test_a_cluster_started_for_other_settings_is_closed_not_leaked():
+    first = start_local_cluster(load_settings(n_workers=1))
+    second = take_local_cluster(load_settings(n_workers=2))
+    assert second is not first
+    try:
+        cluster = first.result(timeout=120)
+        deadline = time.monotonic() + 60
+        while cluster.status.name != "closed" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cluster.status.name == "closed"
+    finally:
+        second.result(timeout=120).close()
