@@ -66,8 +66,9 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
     finally:
         cluster.close()
-    assert take_local_cluster(settings) is not first  # taken: the next run starts its own
-    take_local_cluster(settings).result(timeout=120).close()
+    again = take_local_cluster(settings)
+    assert again is not first  # taken: the next run starts its own
+    again.result(timeout=120).close()
 
 
 def test_a_cluster_started_for_other_settings_is_closed_not_leaked():
