@@ -85,12 +85,10 @@ def prefect_api(while_booting=None):
     updates = {}
     if url:
         stop_api()  # started by the CLI before a profile's PREFECT_API_URL could be read
-        if while_booting:
-            while_booting()
-    else:
-        api = start_api()
-        if while_booting:
-            while_booting()
+    api = None if url else start_api()
+    if while_booting:
+        while_booting()
+    if api is not None:
         # The server stops at interpreter exit, after Prefect has flushed its queued logs and
         # events to it; stopping it here would strand them.
         url = api.wait()
@@ -98,6 +96,7 @@ def prefect_api(while_booting=None):
         # each flow's exit waits up to a second for the heartbeat thread.
         updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
     previous = os.environ.get("PREFECT_API_URL")
+    url = url or previous  # set in the environment after Prefect read its settings: start_api defers to it
     os.environ["PREFECT_API_URL"] = url
     try:
         with temporary_settings(updates={PREFECT_API_URL: url, **updates}):

@@ -19,8 +19,9 @@ AUDIT_ANALYSES = [
     "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
     "retrieval_calibration", "norm_rescoring",
 ]
-# Staging queries: materialized once per connection and scope, read by the analyses named beside them.
-STAGING = {"stg_analysis_values": ("norm_vs_property", "norm_vs_property_ci", "norm_by_bin")}
+# Staging queries, materialized once per connection and scope for every query that names them
+# (norm_vs_property, norm_vs_property_ci and norm_by_bin read stg_analysis_values).
+STAGING = ("stg_analysis_values",)
 # Companion queries whose ci_low/ci_high are joined onto an analysis's rows
 # by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
@@ -64,9 +65,7 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     Once per connection and (model, release): the analyses that read it then share one string join
     and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
     """
-    con.execute("create temp table if not exists staged_scopes (name varchar, model varchar, release varchar)")
-    current = con.execute("select model, release from staged_scopes where name = $name", {"name": name}).fetchall()
-    if current == [(model, release)]:
+    if _staged_for(con, name) == (model, release):
         return
     sql = load_sql(name)
     # rows may be written in any order (queries order their output): writing the table is then parallel
@@ -77,6 +76,17 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
         con.execute(f"create or replace temp table {name} as {sql}", _bind(sql, {"model": model, "release": release}))
     finally:
         con.execute(f"set preserve_insertion_order = {'true' if keep else 'false'}")
+    _record_staged(con, name, model, release)
+
+
+def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str] | None:
+    """The (model, release) this connection's temporary tables ``name`` were built for, if any."""
+    con.execute("create temp table if not exists staged_scopes (name varchar, model varchar, release varchar)")
+    rows = con.execute("select model, release from staged_scopes where name = $name", {"name": name}).fetchall()
+    return rows[0] if rows else None
+
+
+def _record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str) -> None:
     con.execute("delete from staged_scopes where name = $name", {"name": name})
     con.execute("insert into staged_scopes values ($name, $model, $release)",
                 {"name": name, "model": model, "release": release})
@@ -112,17 +122,10 @@ def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release:
     """Run the retrieval search once per connection and release; later calls reuse its tables."""
     from pipeline.retrieval import register_retrieval_tables
 
-    done = con.execute(
-        "select count(*) from duckdb_tables() where table_name = 'retrieval_scope' and temporary"
-    ).fetchall()[0][0]
-    if done and con.execute(
-        "select count(*) from retrieval_scope where model = $model and release = $release",
-        {"model": model, "release": release},
-    ).fetchall()[0][0]:
+    if _staged_for(con, "retrieval") == (model, release):
         return
     register_retrieval_tables(con, model, release)
-    con.execute("create or replace temp table retrieval_scope as select $model as model, $release as release",
-                {"model": model, "release": release})
+    _record_staged(con, "retrieval", model, release)
 
 
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str, run_id: str,
