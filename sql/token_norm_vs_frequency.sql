@@ -42,6 +42,8 @@ word_frequencies as (
     from probe_items as i
     inner join probe_properties as p on p.probe_set = i.probe_set and p.item_id = i.item_id
     where i.kind = 'word' and p.property = 'zipf' and p.value is not null
+        -- only words some token spells: the probe set may be far larger than the vocabulary
+        and lower(i.text) in (select word from whole_words)
     group by all
 ),
 
