@@ -20,8 +20,8 @@ AUDIT_ANALYSES = [
     "retrieval_calibration", "norm_rescoring",
 ]
 # Staging queries, materialized once per connection and scope for every query that names them
-# (norm_vs_property, norm_vs_property_ci and norm_by_bin read stg_analysis_values).
-STAGING = ("stg_analysis_values",)
+# (norm_vs_property, norm_vs_property_ci and norm_by_bin read stg_analysis_values and stg_analysis_groups).
+STAGING = ("stg_analysis_groups", "stg_analysis_values")
 # Companion queries whose ci_low/ci_high are joined onto an analysis's rows
 # by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}

@@ -4,111 +4,54 @@
 -- first (n mod $n_bins) bins one item larger (as SQL ntile; numpy.array_split on the sorted items).
 -- Per bin: mean, median, first and third quartile and IQR of the norm (quartiles interpolated linearly,
 -- as numpy.percentile), and the bin's lowest and highest property value.
+-- Binning needs no sort: stg_analysis_values places each value's rows among the group's rows in value order
+-- (value_start, value_count); only the rows of a value that straddles a bin boundary are ordered by pos.
 -- params:  $model, $release, $n_bins (e.g. 10)
 -- columns: model, release, probe_set, property, statistic ('bin03_mean', 'bin03_median', 'bin03_q1',
 --          'bin03_q3', 'bin03_iqr', 'bin03_low', 'bin03_high'; bins numbered from 1), value, n (items in bin)
 with
 
--- group_key: one integer per (probe set, property), the window partition (faster than strings); pos orders
--- a probe set's items by item_id (an integer sort key instead of the string)
-joined as (
-    select group_key, probe_set, property, pos, norm, value from stg_analysis_values
-),
-
--- which binning each (probe set, property) gets. Exact distinct counts are costly over millions of rows:
--- a HyperLogLog estimate settles the clear cases, and the exact count runs only where the estimate is
--- small (HyperLogLog is exact in practice at these sizes; the exact count decides)
-group_sizes as (
-    select
-        group_key, any_value(probe_set) as probe_set, any_value(property) as property, count(*) as n,
-        approx_count_distinct(value) as approx_values
-    from joined
-    group by group_key
-),
-
-exact_values as (
-    select group_key, count(distinct value) as n_values
-    from joined
-    where group_key in (select group_key from group_sizes where approx_values <= 4 * $n_bins)
-    group by group_key
-),
-
+-- one row per (probe set, property); the number of distinct values is one more than the largest dense rank
 groups as (
     select
-        s.group_key, s.probe_set, s.property, s.n,
-        coalesce(e.n_values, s.approx_values) <= $n_bins as one_bin_per_value,
-        -- ties are common (zipf has two decimals): bin by counting values rather than sorting rows
-        s.approx_values * 8 <= s.n as few_values,
-        s.n // $n_bins as q,
-        s.n % $n_bins as r
-    from group_sizes as s
-    left join exact_values as e using (group_key)
-),
-
--- one bin per value: the value's dense rank among the group's (at most $n_bins) values
-value_bins as (
-    select group_key, value, dense_rank() over (partition by group_key order by value) as bin
-    from (select distinct group_key, value from joined where group_key in (
-        select group_key from groups where one_bin_per_value
-    ))
+        v.group_key, g.probe_set, g.property, v.n, v.n_values <= $n_bins as one_bin_per_value,
+        v.n // $n_bins as q, v.n % $n_bins as r
+    from (
+        select group_key, count(*) as n, max(d_value) + 1 as n_values from stg_analysis_values group by group_key
+    ) as v
+    inner join stg_analysis_groups as g using (group_key)
 ),
 
 -- quantile bins (ntile): with n = q * $n_bins + r rows in (value, pos) order, the first r bins hold q + 1
 -- rows and the rest q; the row at 0-based position k is in bin k // (q + 1) + 1 if k < r * (q + 1), else
--- in bin r + (k - r * (q + 1)) // q + 1. Few distinct values: a value's rows hold positions start ..
--- start + c - 1; only a value whose rows straddle a bin boundary needs its rows ordered by pos
-value_spans as (
+-- in bin r + (k - r * (q + 1)) // q + 1. A value's rows hold positions value_start .. value_start +
+-- value_count - 1: only a value whose rows straddle a bin boundary needs its rows ordered by pos
+spans as not materialized (
     select
-        v.group_key, v.value, v.c,
-        sum(v.c) over (partition by v.group_key order by v.value rows between unbounded preceding and current row)
-            - v.c as start
-    from (
-        select group_key, value, count(*) as c
-        from joined
-        where group_key in (select group_key from groups where not one_bin_per_value and few_values)
-        group by group_key, value
-    ) as v
-),
-
-span_bins as (
-    select
-        s.group_key, s.value, s.start, g.q, g.r,
-        case when s.start < g.r * (g.q + 1) then s.start // (g.q + 1) + 1
-            else g.r + (s.start - g.r * (g.q + 1)) // g.q + 1 end as first_bin,
-        case when s.start + s.c - 1 < g.r * (g.q + 1) then (s.start + s.c - 1) // (g.q + 1) + 1
-            else g.r + (s.start + s.c - 1 - g.r * (g.q + 1)) // g.q + 1 end as last_bin
-    from value_spans as s
+        j.group_key, j.norm, j.value, j.pos, j.value_start, g.q, g.r,
+        case when g.one_bin_per_value then j.d_value + 1
+            when j.value_start < g.r * (g.q + 1) then j.value_start // (g.q + 1) + 1
+            else g.r + (j.value_start - g.r * (g.q + 1)) // g.q + 1 end as first_bin,
+        case when g.one_bin_per_value then j.d_value + 1
+            when j.value_start + j.value_count - 1 < g.r * (g.q + 1) then (j.value_start + j.value_count - 1) // (g.q + 1) + 1
+            else g.r + (j.value_start + j.value_count - 1 - g.r * (g.q + 1)) // g.q + 1 end as last_bin
+    from stg_analysis_values as j
     inner join groups as g using (group_key)
 ),
 
 binned as (
-    -- one bin per value
-    select j.group_key, j.norm, j.value, b.bin
-    from joined as j
-    inner join value_bins as b on b.group_key = j.group_key and b.value = j.value
+    select group_key, norm, value, first_bin as bin
+    from spans
+    where first_bin = last_bin
     union all
-    -- quantile bins, values whose rows share one bin
-    select j.group_key, j.norm, j.value, b.first_bin
-    from joined as j
-    inner join span_bins as b on b.group_key = j.group_key and b.value = j.value
-    where b.first_bin = b.last_bin
-    union all
-    -- quantile bins, values whose rows straddle a boundary: positions by pos within the value
     select group_key, norm, value,
         case when k < r * (q + 1) then k // (q + 1) + 1 else r + (k - r * (q + 1)) // q + 1 end
     from (
-        select
-            j.group_key, j.norm, j.value, b.q, b.r,
-            b.start + row_number() over (partition by j.group_key, j.value order by j.pos) - 1 as k
-        from joined as j
-        inner join span_bins as b on b.group_key = j.group_key and b.value = j.value
-        where b.first_bin <> b.last_bin
+        select group_key, norm, value, q, r,
+            value_start + row_number() over (partition by group_key, value order by pos) - 1 as k
+        from spans
+        where first_bin <> last_bin
     )
-    union all
-    -- quantile bins, many distinct values: sort the rows
-    select j.group_key, j.norm, j.value, ntile($n_bins) over (partition by j.group_key order by j.value, j.pos)
-    from joined as j
-    where j.group_key in (select group_key from groups where not one_bin_per_value and not few_values)
 ),
 
 per_bin as (

@@ -12,115 +12,109 @@
 -- The residual correlation is computed with the first-order partial correlation identity
 -- (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)), which equals it exactly for least squares with an
 -- intercept. Undefined statistics (a constant property, a constant control) produce no row.
--- Ranking is the cost: items are keyed by integers, variables with few distinct values are ranked by
--- counting equal values (no sort of the rows), and norm, n_tokens and zipf are ranked once per item set
--- rather than once per property. norm_vs_property_ci.sql computes each replicate the same way.
+-- Ranking is the cost: stg_analysis_values holds the ranks of every value over its (probe set, property)
+-- and of norm, n_tokens and zipf over the probe set, which are the sample's ranks wherever a property covers
+-- the whole probe set (the usual case: no ranking here at all). A sample over part of a probe set, or the
+-- items of a sample that also have a zipf, is ranked below: norm, n_tokens and zipf once per item set,
+-- values with few distinct values by counting equal values, others by sorting.
 -- params:  $model, $release
 -- columns: model, release, probe_set, property, statistic, value, n
 with
 
--- the release's items with their property values, norm, n_tokens and zipf, joined once for the suite
-joined as not materialized (
-    select group_key, probe_set, property, item_key, pos, norm, n_tokens, value, zipf, r_norm, r_tokens, r_zipf,
-        set_items
-    from stg_analysis_values
-),
-
--- one row per (probe set, property): which statistics exist, and a small integer id
-coverage as (
+groups as (
     select
-        group_key,
-        any_value(probe_set) as probe_set,
-        any_value(property) as property,
-        count(*) as n_items,
-        count(zipf) as n_with_zipf,
-        any_value(property) <> 'zipf' and count(zipf) > 0 as has_zipf_control,
-        min(n_tokens) < max(n_tokens) as has_token_control,
-        any_value(set_items) as set_items
-    from joined
-    group by group_key
+        v.group_key, g.probe_set, g.property, v.n_items, v.n_with_zipf,
+        g.property <> 'zipf' and v.n_with_zipf > 0 as has_zipf_control,
+        v.has_token_control,
+        v.n_items = g.set_items as full_set
+    from (
+        select
+            group_key, count(*) as n_items, count(zipf) as n_with_zipf,
+            min(n_tokens) < max(n_tokens) as has_token_control
+        from stg_analysis_values
+        group by group_key
+    ) as v
+    inner join stg_analysis_groups as g using (group_key)
 ),
 
 -- the samples statistics are computed on. sample_id = 2 * group_id: every item with the property;
 -- 2 * group_id + 1: the items that also have a zipf, needed only where some lack one (else the zipf
--- control is computed on the first). A full sample holds every embedded item of its probe set: the
--- staged item ranks are its ranks (usually every sample). The others rank their own items below.
-samples_declared as (
-    select *, 2 * group_id as sample_id, false as zipf_only, n_items = set_items as full_set
-    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+-- control is computed on the first)
+samples as (
+    select *, 2 * group_id as sample_id, false as zipf_only
+    from (select *, row_number() over (order by probe_set, property) as group_id from groups)
     union all
-    select *, 2 * group_id + 1, true, false
-    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    select *, 2 * group_id + 1, true
+    from (select *, row_number() over (order by probe_set, property) as group_id from groups)
     where has_zipf_control and n_with_zipf < n_items
 ),
 
-sample_members as not materialized (
-    select s.sample_id, s.full_set, j.item_key, j.pos, j.norm, j.n_tokens, j.value, j.zipf, j.r_norm, j.r_tokens,
-        j.r_zipf
-    from joined as j
-    inner join samples_declared as s using (group_key)
-    where not s.zipf_only or j.zipf is not null
+-- every item of a probe set with the property: the staged ranks are the sample's
+full_rows as (
+    select
+        s.sample_id, v.value, ln(v.norm) as log_norm, v.value_start + (v.value_count + 1) / 2.0 as r_value,
+        v.r_norm, v.r_tokens, v.r_zipf
+    from stg_analysis_values as v
+    inner join samples as s using (group_key)
+    where s.full_set and not s.zipf_only
 ),
 
--- samples over part of a probe set: those with the same item set share the ranks of the item-level
--- variables norm, n_tokens and zipf
+-- the other samples: part of a probe set's items, or the items that also have a zipf
+partial_members as (
+    select s.sample_id, s.zipf_only, v.item_key, v.pos, v.norm, v.n_tokens, v.value, v.zipf,
+        v.value_start + (v.value_count + 1) / 2.0 as r_value
+    from stg_analysis_values as v
+    inner join samples as s using (group_key)
+    where (not s.full_set or s.zipf_only) and (not s.zipf_only or v.zipf is not null)
+),
+
+-- samples with the same item set share the ranks of the item-level variables norm, n_tokens and zipf
 item_set_signatures as (
     select sample_id, any_value(item_key // 4294967296) as set_id, count(*) as n, sum(hash(item_key)) as digest
-    from sample_members
-    where not full_set
+    from partial_members
     group by sample_id
 ),
 
-samples as (
+item_sets as (
     select
-        d.*,
-        dense_rank() over (order by g.set_id, g.n, g.digest) as item_set_id,
-        row_number() over (partition by g.set_id, g.n, g.digest order by d.sample_id) = 1 as represents_set
-    from samples_declared as d
-    left join item_set_signatures as g using (sample_id)
+        sample_id,
+        dense_rank() over (order by set_id, n, digest) as item_set_id,
+        row_number() over (partition by set_id, n, digest order by sample_id) = 1 as represents_set
+    from item_set_signatures
 ),
 
 item_set_members as (
     select s.item_set_id, m.pos, m.norm, m.n_tokens, m.zipf
-    from sample_members as m
-    inner join samples as s using (sample_id)
+    from partial_members as m
+    inner join item_sets as s using (sample_id)
     where s.represents_set
 ),
 
--- ranks of the item-level variables over each item set, side by side. norm is ranked by sorting: average
--- rank = (rank() + rows up to and including the tie group) / 2. n_tokens and zipf have few distinct values
--- and are ranked by counting equal values: average rank = rows up to and including the value
--- - (count - 1) / 2, looked up in a small table instead of sorting the rows.
-token_counts as (
-    select item_set_id, n_tokens, count(*) as c from item_set_members group by all
-),
-
+-- ranks of the item-level variables over each item set. norm is ranked by sorting: average rank =
+-- (rank() + rows up to and including the tie group) / 2. n_tokens and zipf have few distinct values and are
+-- ranked by counting equal values: average rank = rows up to and including the value - (count - 1) / 2
 token_ranks as (
     select
         item_set_id, n_tokens,
         sum(c) over (partition by item_set_id order by n_tokens rows between unbounded preceding and current row)
             - (c - 1) / 2.0 as r
-    from token_counts
+    from (select item_set_id, n_tokens, count(*) as c from item_set_members group by all)
 ),
 
 -- zipf is ranked only over item sets where every item has one
-zipf_sets as (
-    select item_set_id from item_set_members group by item_set_id having count(zipf) = count(*)
-),
-
-zipf_counts as (
-    select item_set_id, zipf, count(*) as c
-    from item_set_members
-    where item_set_id in (select item_set_id from zipf_sets)
-    group by all
-),
-
 zipf_ranks as (
     select
         item_set_id, zipf,
         sum(c) over (partition by item_set_id order by zipf rows between unbounded preceding and current row)
             - (c - 1) / 2.0 as r
-    from zipf_counts
+    from (
+        select item_set_id, zipf, count(*) as c
+        from item_set_members
+        where item_set_id in (
+            select item_set_id from item_set_members group by item_set_id having count(zipf) = count(*)
+        )
+        group by all
+    )
 ),
 
 item_ranks as (
@@ -135,29 +129,13 @@ item_ranks as (
     window w_norm as (partition by i.item_set_id order by i.norm)
 ),
 
--- ranks of the property within each sample: by counting equal values where there are few (integer
--- properties, rounded scores), by sorting where there are many
--- a sample's attributes in one small table, joined once per member row. few_values picks the cheaper of two
--- exact rankings, so an estimate of the distinct values will do
-sample_info as (
-    select
-        s.sample_id, s.item_set_id,
-        approx_count_distinct(m.value) * 8 <= count(*) as few_values
-    from sample_members as m
-    inner join samples as s using (sample_id)
-    group by s.sample_id, s.item_set_id
-),
-
-sample_rows as not materialized (
-    select
-        m.sample_id, m.full_set, m.value, ln(m.norm) as log_norm, m.r_norm, m.r_tokens, m.r_zipf, i.few_values,
-        i.item_set_id * 4294967296 + m.pos as item_key
-    from sample_members as m
-    inner join sample_info as i using (sample_id)
-),
-
-value_counts as (
-    select sample_id, value, count(*) as c from sample_rows where few_values group by all
+-- the property's ranks within a zipf-only sample (a subset of its group: the staged ranks do not apply),
+-- by counting equal values where there are few, by sorting where there are many
+zipf_only_info as (
+    select sample_id, approx_count_distinct(value) * 8 <= count(*) as few_values
+    from partial_members
+    where zipf_only
+    group by sample_id
 ),
 
 value_ranks as (
@@ -165,26 +143,41 @@ value_ranks as (
         sample_id, value,
         sum(c) over (partition by sample_id order by value rows between unbounded preceding and current row)
             - (c - 1) / 2.0 as r
-    from value_counts
+    from (
+        select sample_id, value, count(*) as c
+        from partial_members
+        where sample_id in (select sample_id from zipf_only_info where few_values)
+        group by all
+    )
 ),
 
-property_rows as (
-    select r.sample_id, r.full_set, r.value, r.log_norm, v.r as r_value, r.r_norm, r.r_tokens, r.r_zipf, r.item_key
-    from sample_rows as r
-    inner join value_ranks as v on v.sample_id = r.sample_id and v.value = r.value
-    where r.few_values
+partial_rows as (
+    select m.sample_id, m.value, m.item_key, m.norm, m.r_value
+    from partial_members as m
+    where not m.zipf_only
     union all
-    select
-        sample_id, full_set, value, log_norm, (rank() over w_value + count(*) over w_value) / 2.0, r_norm, r_tokens,
-        r_zipf, item_key
-    from sample_rows
-    where not few_values
+    select m.sample_id, m.value, m.item_key, m.norm, v.r
+    from partial_members as m
+    inner join value_ranks as v on v.sample_id = m.sample_id and v.value = m.value
+    union all
+    select sample_id, value, item_key, norm, (rank() over w_value + count(*) over w_value) / 2.0
+    from partial_members
+    where sample_id in (select sample_id from zipf_only_info where not few_values)
     window w_value as (partition by sample_id order by value)
+),
+
+sample_rows as (
+    select * from full_rows
+    union all
+    select p.sample_id, p.value, ln(p.norm), p.r_value, i.r_norm, i.r_tokens, i.r_zipf
+    from partial_rows as p
+    inner join item_sets as s using (sample_id)
+    inner join item_ranks as i on i.item_key = s.item_set_id * 4294967296 + p.item_key % 4294967296
 ),
 
 correlations as (
     select
-        p.sample_id,
+        sample_id,
         corr(r_norm, r_value) as r_nv,
         corr(r_norm, r_tokens) as r_nt,
         corr(r_value, r_tokens) as r_vt,
@@ -192,16 +185,8 @@ correlations as (
         corr(r_value, r_zipf) as r_vz,
         corr(log_norm, value) as r_lx,
         count(*) as n
-    from (
-        select
-            p.sample_id, p.value, p.log_norm, p.r_value,
-            if(p.full_set, p.r_norm, i.r_norm) as r_norm,
-            if(p.full_set, p.r_tokens, i.r_tokens) as r_tokens,
-            if(p.full_set, p.r_zipf, i.r_zipf) as r_zipf
-        from property_rows as p
-        left join item_ranks as i using (item_key)  -- item_key is null in full samples: no match
-    ) as p
-    group by p.sample_id
+    from sample_rows
+    group by sample_id
 ),
 
 statistics as (

@@ -10,76 +10,80 @@
 -- the item's 0-based position among its probe set's embedded items ordered by item_id, and mix32 is the
 -- "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16,
 -- mod 2^32); w = the number of k in 0..9 with u >= floor(P(Poisson(1) <= k) * 2^32).
+-- Cost: a replicate's rows are every item with w > 0. norm is ranked once per item set and replicate (one
+-- sort of all replicates on the staged dense rank of norm, an integer); each member row of a sample then
+-- meets its item's weight and norm rank in one integer join. A property with few distinct values is summed
+-- per value (the value's weight gives its rank, as n_tokens and zipf); one with many is sorted per replicate.
 -- params:  $model, $release, $resamples (e.g. 1000), $seed (0 <= seed < 2^32)
 -- columns: model, release, probe_set, property, statistic, ci_low, ci_high, n_resamples
 with
 
--- the release's items with their property values, norm, n_tokens and zipf, joined once for the suite
-joined as (
-    select group_key, probe_set, property, item_key, pos, norm, n_tokens, value, zipf
-    from stg_analysis_values
-),
-
--- one row per (probe set, property): which statistics exist, and a small integer id
-coverage as (
+-- one row per (probe set, property): which statistics exist
+groups as (
     select
-        group_key,
-        any_value(probe_set) as probe_set,
-        any_value(property) as property,
-        count(*) as n_items,
-        count(zipf) as n_with_zipf,
-        any_value(property) <> 'zipf' and count(zipf) > 0 as has_zipf_control,
-        min(n_tokens) < max(n_tokens) as has_token_control
-    from joined
-    group by group_key
+        v.group_key, g.probe_set, g.property, g.set_id, g.set_items, v.n_items, v.n_with_zipf,
+        g.property <> 'zipf' and v.n_with_zipf > 0 as has_zipf_control,
+        v.has_token_control, v.few_values, v.mean_value, v.mean_value_with_zipf
+    from (
+        select
+            group_key, count(*) as n_items, count(zipf) as n_with_zipf,
+            min(n_tokens) < max(n_tokens) as has_token_control,
+            avg(value) as mean_value, avg(value) filter (where zipf is not null) as mean_value_with_zipf,
+            -- a performance choice only (both rankings below are exact): an estimate of the distinct values will do
+            approx_count_distinct(value) * 8 <= count(*) as few_values
+        from stg_analysis_values
+        group by group_key
+    ) as v
+    inner join stg_analysis_groups as g using (group_key)
 ),
 
 -- the samples statistics are computed on. sample_id = 2 * group_id: every item with the property;
 -- 2 * group_id + 1: the items that also have a zipf, needed only where some lack one (else the zipf
--- control is computed on the first)
+-- control is computed on the first). A full sample holds every embedded item of its probe set
 samples_declared as (
-    select *, 2 * group_id as sample_id, false as zipf_only
-    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    select *, 2 * group_id as sample_id, false as zipf_only, n_items = set_items as full_sample
+    from (select *, row_number() over (order by probe_set, property) as group_id from groups)
     union all
-    select *, 2 * group_id + 1, true
-    from (select *, row_number() over (order by probe_set, property) as group_id from coverage)
+    select *, 2 * group_id + 1, true, false
+    from (select *, row_number() over (order by probe_set, property) as group_id from groups)
     where has_zipf_control and n_with_zipf < n_items
 ),
 
-sample_members as (
-    select s.sample_id, j.item_key, j.pos, j.norm, j.n_tokens, j.value, j.zipf
-    from joined as j
+-- samples with the same item set share the ranks of the item-level variables norm, n_tokens and zipf: full
+-- samples are their probe set's item set; the others are told apart by a digest of their items
+partial_signatures as (
+    select s.sample_id, count(*) as n, sum(hash(v.item_key)) as digest
+    from stg_analysis_values as v
     inner join samples_declared as s using (group_key)
-    where not s.zipf_only or j.zipf is not null
-),
-
--- samples with the same item set (usually: every item has every property) share the ranks of the
--- item-level variables norm, n_tokens and zipf
-item_set_signatures as (
-    select sample_id, any_value(item_key // 4294967296) as set_id, count(*) as n, sum(hash(item_key)) as digest
-    from sample_members
-    group by sample_id
+    where not s.full_sample and (not s.zipf_only or v.zipf is not null)
+    group by s.sample_id
 ),
 
 samples as (
     select
         d.*,
-        dense_rank() over (order by g.set_id, g.n, g.digest) as item_set_id,
-        row_number() over (partition by g.set_id, g.n, g.digest order by d.sample_id) = 1 as represents_set
+        dense_rank() over (order by d.set_id, coalesce(p.n, d.set_items), coalesce(p.digest, 0)) as item_set_id,
+        row_number() over (
+            partition by d.set_id, coalesce(p.n, d.set_items), coalesce(p.digest, 0) order by d.sample_id
+        ) = 1 as represents_set
     from samples_declared as d
-    inner join item_set_signatures as g using (sample_id)
+    left join partial_signatures as p using (sample_id)
 ),
 
-item_set_members as (
-    select s.item_set_id, m.pos, m.norm, m.n_tokens, m.zipf
-    from sample_members as m
-    inner join samples as s using (sample_id)
-    where s.represents_set
+sample_members as not materialized (
+    select
+        s.sample_id, s.item_set_id, s.represents_set, s.few_values,
+        if(s.zipf_only, s.mean_value_with_zipf, s.mean_value) as mean_value,
+        v.pos, v.norm, v.n_tokens, v.value, v.zipf, v.d_norm, v.d_value
+    from stg_analysis_values as v
+    inner join samples as s using (group_key)
+    where not s.zipf_only or v.zipf is not null
 ),
 
--- the Poisson weights: one row per (replicate, position) with w > 0. Each mixing step is its own CTE:
--- a select-list expression that names another column alias of the same list is inlined, and the hash
--- would be evaluated once per reference, exponentially many times.
+item_set_members as not materialized (
+    select item_set_id, pos, norm, n_tokens, zipf, d_norm from sample_members where represents_set
+),
+
 replicate_keys as (
     select
         b,
@@ -92,71 +96,56 @@ replicate_keys as (
     from range($resamples) as t(b)
 ),
 
--- positions are 0..n-1 in every probe set: the weights of 0..(largest n)-1 serve them all. "& (2^32 - 1)"
--- is "mod 2^32" on these non-negative integers, and cheaper
-positions as (
-    select range as pos from range((select max(pos) + 1 from joined))
+-- every item of an item set in every replicate, its weight hashed from (replicate key, pos) in place (the
+-- hash of each step is its own CTE: a select-list expression naming another alias of the same list is
+-- inlined, and would be evaluated once per reference)
+mix_0 as not materialized (
+    select i.item_set_id * $resamples + r.b as item_rep, i.pos, i.norm, i.n_tokens, i.zipf, i.d_norm,
+        xor(r.key, (i.pos & 4294967295)::ubigint) as h
+    from item_set_members as i cross join replicate_keys as r
+),
+mix_1 as not materialized (select * replace (xor(h, h >> 16) as h) from mix_0),
+mix_2 as not materialized (select * replace ((h * 2146121005) & 4294967295 as h) from mix_1),
+mix_3 as not materialized (select * replace (xor(h, h >> 15) as h) from mix_2),
+mix_4 as not materialized (select * replace ((h * 2221713035) & 4294967295 as h) from mix_3),
+mix_5 as not materialized (select * replace (xor(h, h >> 16) as h) from mix_4),
+
+item_rows as not materialized (
+    select * exclude (h), w
+    from (
+        select *,
+            (h >= 1580030168)::int + (h >= 3160060337)::int + (h >= 3950075421)::int + (h >= 4213413783)::int
+            + (h >= 4279248373)::int + (h >= 4292415291)::int + (h >= 4294609777)::int + (h >= 4294923276)::int
+            + (h >= 4294962463)::int + (h >= 4294966817)::int as w
+        from mix_5
+    )
+    where w > 0
 ),
 
-mix_0 as (
-    select r.b, p.pos, xor(r.key, (p.pos & 4294967295)::ubigint) as h from positions as p cross join replicate_keys as r
-),
-
-mix_1 as (select b, pos, xor(h, h >> 16) as h from mix_0),
-mix_2 as (select b, pos, (h * 2146121005) & 4294967295 as h from mix_1),
-mix_3 as (select b, pos, xor(h, h >> 15) as h from mix_2),
-mix_4 as (select b, pos, (h * 2221713035) & 4294967295 as h from mix_3),
-mix_5 as (select b, pos, xor(h, h >> 16) as h from mix_4),
-
-poisson as (
-    select
-        b, pos,
-        (h >= 1580030168)::int + (h >= 3160060337)::int + (h >= 3950075421)::int + (h >= 4213413783)::int
-        + (h >= 4279248373)::int + (h >= 4292415291)::int + (h >= 4294609777)::int + (h >= 4294923276)::int
-        + (h >= 4294962463)::int + (h >= 4294966817)::int as w
-    from mix_5
-),
-
-weights as (
-    select b, pos, w from poisson where w > 0
-),
-
--- centres for the Pearson sums: ln(norm) over an item set, the property over a sample
-item_set_centres as (
-    select item_set_id, avg(ln(norm)) as mean_log_norm from item_set_members group by item_set_id
-),
-
-sample_centres as (
-    select sample_id, avg(value) as mean_value from sample_members group by sample_id
-),
-
--- every (item set, replicate, item) and (sample, replicate, item) of a resample, with its weight;
--- item_rep = item_set_id * resamples + b and sample_rep = sample_id * resamples + b are integer keys
-item_rows as (
-    select
-        i.item_set_id * $resamples + w.b as item_rep, i.pos, w.w, i.norm, i.n_tokens, i.zipf,
-        ln(i.norm) - c.mean_log_norm as x_log_norm
-    from item_set_members as i
-    inner join item_set_centres as c using (item_set_id)
-    inner join weights as w using (pos)
+-- weight of each (n_tokens, zipf) combination per replicate: sizes, offsets and the counted ranks come from it
+cells as (
+    select item_rep, n_tokens, zipf, sum(w) as weight from item_rows group by all
 ),
 
 replicate_sizes as (
-    select item_rep, sum(w) as size from item_rows group by item_rep
+    select item_rep, size,
+        coalesce(sum(size) over (order by item_rep rows between unbounded preceding and 1 preceding), 0) as offset_
+    from (select item_rep, sum(weight) as size from cells group by item_rep)
 ),
 
--- n_tokens and zipf have few distinct values: the weight of each value in the resample gives its average
--- rank = weight up to and including the value - (weight - 1) / 2, looked up instead of sorting rows
 token_ranks as (
     select
         item_rep, n_tokens,
         sum(weight) over (partition by item_rep order by n_tokens rows between unbounded preceding and current row)
             - (weight - 1) / 2.0 as r
-    from (select item_rep, n_tokens, sum(w) as weight from item_rows group by all)
+    from (select item_rep, n_tokens, sum(weight) as weight from cells group by all)
 ),
 
-zipf_sets as (
-    select item_set_id from item_set_members group by item_set_id having count(zipf) = count(*)
+-- per item set: the centre of ln(norm) for the Pearson sums, and whether every item has a zipf to rank
+item_set_stats as (
+    select item_set_id, avg(ln(norm)) as mean_log_norm, count(zipf) = count(*) as all_have_zipf
+    from item_set_members
+    group by item_set_id
 ),
 
 zipf_ranks as (
@@ -165,113 +154,135 @@ zipf_ranks as (
         sum(weight) over (partition by item_rep order by zipf rows between unbounded preceding and current row)
             - (weight - 1) / 2.0 as r
     from (
-        select item_rep, zipf, sum(w) as weight
-        from item_rows
-        where item_rep // $resamples in (select item_set_id from zipf_sets)
+        select item_rep, zipf, sum(weight) as weight
+        from cells
+        where item_rep // $resamples in (select item_set_id from item_set_stats where all_have_zipf)
         group by all
     )
 ),
 
--- norm is ranked by sorting each resample once, one row per item with its weight w (its w copies form one
--- tie group): average rank = weight of the items up to and including its tie group - (weight of the tie
--- group - 1) / 2; both sums come from one sort (RANGE frames include the peers). Ranks are centred on
--- their exact mean (size + 1) / 2, so weighted sums of products are central moments.
-item_ranks as (
+-- norm's weighted average rank = (weight before the tie group + weight through it + 1) / 2: one sort of all
+-- replicates on the integer key (item_rep, dense norm rank); the running sums run across replicates, and
+-- each replicate's offset (the weight of the replicates before it) is taken off. Only what the sort needs is
+-- carried through it. Ranks are centred on their exact mean mid = (size + 1) / 2, so weighted sums of
+-- products are central moments; n_tokens and zipf get their counted ranks here too
+item_ranks as materialized (
     select
-        r.item_rep // $resamples as item_set_id, r.item_rep % $resamples as b, r.pos, r.w, r.x_log_norm,
+        (r.item_rep // $resamples) * 4294967296 + r.pos as item_pos, r.item_rep % $resamples as b, r.w,
+        (r.through + coalesce(r.before, 0) + 1) / 2.0 - s.offset_ - (s.size + 1) / 2.0 as r_norm,
         t.r - (s.size + 1) / 2.0 as r_tokens,
         z.r - (s.size + 1) / 2.0 as r_zipf,
-        sum(r.w::double) over w_up_to - (sum(r.w::double) over w_ties - 1) / 2.0 - (s.size + 1) / 2.0 as r_norm,
         (s.size + 1) / 2.0 as mid
-    from item_rows as r
+    from (
+        select
+            item_rep, pos, w, n_tokens, zipf,
+            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row) as through,
+            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row exclude group) as before
+        from item_rows
+    ) as r
     inner join replicate_sizes as s using (item_rep)
     inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
     left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
-    window
-        w_up_to as (partition by r.item_rep order by r.norm range between unbounded preceding and current row),
-        w_ties as (partition by r.item_rep order by r.norm range between current row and current row)
-),
-
--- a sample's attributes in one small table: one join per member row, before the rows are replicated
-sample_info as (
-    select
-        s.sample_id, s.item_set_id, c.mean_value,
-        -- a performance choice only (both rankings are exact): an estimate of the distinct values will do
-        approx_count_distinct(m.value) * 8 <= count(*) as few_values
-    from sample_members as m
-    inner join samples as s using (sample_id)
-    inner join sample_centres as c using (sample_id)
-    group by s.sample_id, s.item_set_id, c.mean_value
 ),
 
 member_info as not materialized (
-    select m.sample_id, i.item_set_id, m.pos, m.value, m.value - i.mean_value as x_value, i.few_values
+    select
+        m.sample_id, m.item_set_id, m.item_set_id * 4294967296 + m.pos as item_pos, m.value, m.d_value,
+        m.value - m.mean_value as x_value, m.few_values, ln(m.norm) - c.mean_log_norm as x_log_norm
     from sample_members as m
-    inner join sample_info as i using (sample_id)
+    inner join item_set_stats as c using (item_set_id)
 ),
 
--- the property within each (sample, replicate): where it has few distinct values, the weight of each
--- value in the resample gives its average rank (as n_tokens above); where many, the weighted rows are
--- sorted (as norm above). Each member row of a resample meets its item's ranks in one join on
--- (item set, position).
-value_ranks as (
+-- each member row of a resample meets its item's weight and ranks: one join on the integer item_pos = item
+-- set * 2^32 + position
+paired as not materialized (
+    select
+        m.sample_id * $resamples + i.b as sample_rep, m.few_values, m.value, m.d_value, m.x_value, m.x_log_norm,
+        i.w, i.r_norm, i.r_tokens, i.r_zipf, i.mid
+    from member_info as m
+    inner join item_ranks as i using (item_pos)
+),
+
+-- few distinct values: the rows of a (sample, replicate, value) share the value's rank, so they are summed
+-- first; the value's weight in the resample gives its average rank, as for n_tokens
+value_cells as (
     select
         sample_rep, value,
-        sum(weight) over (partition by sample_rep order by value rows between unbounded preceding and current row)
-            - (weight - 1) / 2.0 as r
+        any_value(mid) as mid,
+        sum(w) as sw, sum(w * r_norm) as sn, sum(w * r_tokens) as st, sum(w * r_zipf) as sz,
+        sum(w * r_norm * r_norm) as snn, sum(w * r_norm * r_tokens) as snt,
+        sum(w * r_tokens * r_tokens) as stt, sum(w * r_norm * r_zipf) as snz,
+        sum(w * r_zipf * r_zipf) as szz,
+        sum(w * x_log_norm) as sl, sum(w * x_value) as sx, sum(w * x_log_norm * x_log_norm) as sll,
+        sum(w * x_value * x_value) as sxx, sum(w * x_log_norm * x_value) as slx
+    from paired
+    where few_values
+    group by all
+),
+
+few_moments as (
+    select
+        sample_rep,
+        sum(sn * r_value) as snv, sum(snn) as snn, sum(sw * r_value * r_value) as svv,
+        sum(snt) as snt, sum(st * r_value) as svt, sum(stt) as stt,
+        sum(snz) as snz, sum(sz * r_value) as svz, sum(szz) as szz,
+        sum(sw) as sw, sum(sl) as sl, sum(sx) as sx, sum(sll) as sll, sum(sxx) as sxx, sum(slx) as slx
     from (
-        select m.sample_id * $resamples + w.b as sample_rep, m.value, sum(w.w) as weight
-        from member_info as m
-        inner join weights as w using (pos)
-        where m.few_values
-        group by all
+        select *,
+            sum(sw) over (partition by sample_rep order by value rows between unbounded preceding and current row)
+                - (sw - 1) / 2.0 - mid as r_value
+        from value_cells
+    )
+    group by sample_rep
+),
+
+-- many distinct values: the resample's rows are sorted by value (the staged dense rank, an integer), as norm
+-- above
+-- A sample's members are its item set's items, so its resample weighs what its item set's does: the
+-- replicates' sizes give each (sample, replicate)'s offset in one sort of them all
+many_offsets as (
+    select
+        sample_rep,
+        coalesce(sum(size) over (order by sample_rep rows between unbounded preceding and 1 preceding), 0) as offset_
+    from (
+        select s.sample_id * $resamples + r.item_rep % $resamples as sample_rep, r.size
+        from samples as s
+        inner join replicate_sizes as r on r.item_rep // $resamples = s.item_set_id
+        where not s.few_values
     )
 ),
 
-property_rows as (
+many_rows as (
     select
-        m.sample_id * $resamples + i.b as sample_rep, i.w, i.r_norm, i.r_tokens, i.r_zipf, i.x_log_norm, i.mid,
-        m.x_value, v.r as r_value
-    from member_info as m
-    inner join item_ranks as i on i.item_set_id = m.item_set_id and i.pos = m.pos
-    inner join value_ranks as v on v.sample_rep = m.sample_id * $resamples + i.b and v.value = m.value
-    where m.few_values
-    union all
-    select
-        sample_rep, w, r_norm, r_tokens, r_zipf, x_log_norm, mid, x_value,
-        sum(w::double) over w_up_to - (sum(w::double) over w_ties - 1) / 2.0 as r_value
+        p.w, p.r_norm, p.r_tokens, p.r_zipf, p.x_log_norm, p.x_value, p.sample_rep,
+        (p.through + coalesce(p.before, 0) + 1) / 2.0 - o.offset_ - p.mid as r_value
     from (
         select
-            m.sample_id * $resamples + i.b as sample_rep, m.value, i.w, i.r_norm, i.r_tokens, i.r_zipf,
-            i.x_log_norm, i.mid, m.x_value
-        from member_info as m
-        inner join item_ranks as i on i.item_set_id = m.item_set_id and i.pos = m.pos
-        where not m.few_values
-    )
-    window
-        w_up_to as (partition by sample_rep order by value range between unbounded preceding and current row),
-        w_ties as (partition by sample_rep order by value range between current row and current row)
+            *,
+            sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row) as through,
+            sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row exclude group) as before
+        from paired
+        where not few_values
+    ) as p
+    inner join many_offsets as o using (sample_rep)
+),
+
+many_moments as (
+    select
+        sample_rep,
+        sum(w * r_norm * r_value) as snv, sum(w * r_norm * r_norm) as snn, sum(w * r_value * r_value) as svv,
+        sum(w * r_norm * r_tokens) as snt, sum(w * r_value * r_tokens) as svt, sum(w * r_tokens * r_tokens) as stt,
+        sum(w * r_norm * r_zipf) as snz, sum(w * r_value * r_zipf) as svz, sum(w * r_zipf * r_zipf) as szz,
+        sum(w) as sw, sum(w * x_log_norm) as sl, sum(w * x_value) as sx,
+        sum(w * x_log_norm * x_log_norm) as sll, sum(w * x_value * x_value) as sxx,
+        sum(w * x_log_norm * x_value) as slx
+    from many_rows
+    group by sample_rep
 ),
 
 moments as (
-    select
-        sample_rep // $resamples as sample_id,
-        sample_rep % $resamples as b,
-        sum(w * r_norm * (r_value - mid)) as snv,
-        sum(w * r_norm * r_norm) as snn,
-        sum(w * (r_value - mid) ^ 2) as svv,
-        sum(w * r_norm * r_tokens) as snt,
-        sum(w * (r_value - mid) * r_tokens) as svt,
-        sum(w * r_tokens * r_tokens) as stt,
-        sum(w * r_norm * r_zipf) as snz,
-        sum(w * (r_value - mid) * r_zipf) as svz,
-        sum(w * r_zipf * r_zipf) as szz,
-        sum(w) as sw,
-        sum(w * x_log_norm) as sl, sum(w * x_value) as sx,
-        sum(w * x_log_norm * x_log_norm) as sll, sum(w * x_value * x_value) as sxx,
-        sum(w * x_log_norm * x_value) as slx
-    from property_rows
-    group by sample_rep
+    select sample_rep // $resamples as sample_id, sample_rep % $resamples as b, *
+    from (select * from few_moments union all select * from many_moments)
 ),
 
 replicate_correlations as (

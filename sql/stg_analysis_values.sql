@@ -1,22 +1,30 @@
--- stg_analysis_values: the rows the norm analyses share, joined once per (model, release).
+-- stg_analysis_values: the rows the norm analyses share, joined and ranked once per (model, release).
 -- One row per embedded item and non-null property value of the release's probe sets, keyed by integers,
--- with the item's norm, token count and zipf beside the value. norm_vs_property, norm_vs_property_ci and
--- norm_by_bin read this table instead of joining embeddings to probe_properties on strings each: the string
--- join and the sort of item ids are the costly part of staging, and are done once for the whole suite.
+-- with the item's norm, token count and zipf beside the value, and the ranks of each. norm_vs_property,
+-- norm_vs_property_ci and norm_by_bin read this table instead of joining embeddings to probe_properties on
+-- strings and sorting values each: the string join and the sorts are the costly part, and are done once.
 -- pipeline/analysis.py creates it as a temporary table of this name on a connection, for one scope, before
 -- the first query that reads it (and again when a query asks for another model or release).
---   group_key  hash(probe_set, property): one integer per (probe set, property)
+--   group_key  hash(probe_set, property): one integer per (probe set, property); stg_analysis_groups has
+--              the names
 --   pos        the item's 0-based position among its probe set's embedded items ordered by item_id (the
 --              bootstrap weights of norm_vs_property_ci are a function of it; it also breaks ties in
 --              item_id order)
 --   item_key   set_id * 2^32 + pos, set_id numbering the probe sets in name order: one integer per item
 --   r_norm, r_tokens, r_zipf   average ranks (ties share the mean rank, as scipy.stats.rankdata) of norm,
 --              n_tokens and zipf among the probe set's embedded items; r_zipf only where all of them have a
---              zipf. norm_vs_property uses them for every property that all of a probe set's items have
---   set_items  how many embedded items the probe set has
+--              zipf
+--   d_norm     dense rank of norm among the probe set's embedded items, from 0: ties share it, and it orders
+--              any subset of them as norm does (the bootstrap sorts on it, an integer)
+--   value_start, value_count   the value's rows among the group's rows in value order: they hold 0-based
+--              positions value_start .. value_start + value_count - 1, so the value's average rank is
+--              value_start + (value_count + 1) / 2
+--   d_value    dense rank of the value in its group, from 0
+-- Values are ranked by counting equal values where a group has few distinct values (integer properties,
+-- rounded scores) and by sorting where it has many; the choice only changes the cost.
 -- params:  $model, $release
--- columns: group_key, probe_set, property, item_key, pos, value, norm, n_tokens, zipf, r_norm, r_tokens,
---          r_zipf, set_items
+-- columns: group_key, item_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, r_tokens, r_zipf,
+--          value_start, value_count, d_value
 with
 
 zipf as (
@@ -27,7 +35,8 @@ embeddings_in_scope as (
     select
         e.probe_set, e.item_id, e.norm, e.n_tokens, z.zipf,
         row_number() over (partition by e.probe_set order by e.item_id) - 1 as pos,
-        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm
+        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
+        dense_rank() over w_norm - 1 as d_norm
     from embeddings as e
     left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
     where e.model = $model and e.release = $release
@@ -64,18 +73,17 @@ zipf_ranks as (
 ),
 
 probe_sets as (
-    select probe_set, set_items, row_number() over (order by probe_set) as set_id from set_sizes
+    select probe_set, row_number() over (order by probe_set) as set_id from set_sizes
 ),
 
 properties as (
     select probe_set, item_id, property, value from probe_properties where value is not null
 ),
 
-final as (
+-- the join, written once and read by the rankings below (strings end here)
+joined as materialized (
     select
         hash(e.probe_set, p.property) as group_key,
-        e.probe_set,
-        p.property,
         s.set_id * 4294967296 + e.pos as item_key,
         e.pos,
         p.value,
@@ -83,14 +91,45 @@ final as (
         e.n_tokens,
         e.zipf,
         e.r_norm,
+        e.d_norm,
         t.r as r_tokens,
-        z.r as r_zipf,
-        s.set_items
+        z.r as r_zipf
     from embeddings_in_scope as e
     inner join probe_sets as s on s.probe_set = e.probe_set
     inner join token_ranks as t on t.probe_set = e.probe_set and t.n_tokens = e.n_tokens
     left join zipf_ranks as z on z.probe_set = e.probe_set and z.zipf = e.zipf
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
+),
+
+-- an estimate of the distinct values will do: both rankings are exact
+group_kinds as (
+    select group_key, approx_count_distinct(value) * 8 <= count(*) as few_values from joined group by group_key
+),
+
+value_spans as (
+    select
+        group_key, value, c as value_count,
+        (sum(c) over (partition by group_key order by value rows between unbounded preceding and current row) - c)::bigint
+            as value_start,
+        row_number() over (partition by group_key order by value) - 1 as d_value
+    from (
+        select group_key, value, count(*) as c
+        from joined
+        where group_key in (select group_key from group_kinds where few_values)
+        group by all
+    )
+),
+
+final as (
+    select j.*, v.value_start, v.value_count, v.d_value
+    from joined as j
+    inner join value_spans as v on v.group_key = j.group_key and v.value = j.value
+    union all
+    -- count(*) runs through the value's peers: less rank() - 1, it counts the value's rows
+    select *, rank() over w - 1, count(*) over w - rank() over w + 1, dense_rank() over w - 1
+    from joined
+    where group_key in (select group_key from group_kinds where not few_values)
+    window w as (partition by group_key order by value)
 )
 
 select * from final
