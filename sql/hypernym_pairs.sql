@@ -12,33 +12,36 @@
 -- columns: model, release, probe_set, property ('hypernym_of'), statistic, value, ci_low, ci_high, n
 with
 
-embeddings_in_scope as (
-    select model, release, probe_set, item_id, norm
-    from embeddings
-    where model = $model and release = $release
-),
-
 pairs as (
     select probe_set, left_id as hypernym_id, right_id as hyponym_id
     from probe_relations
     where relation = 'hypernym_of'
 ),
 
-zipf as (
-    select probe_set, item_id, value as zipf from probe_properties where property = 'zipf'
+-- the items some pair names, with their norm and zipf: one join of each large table, however many pairs an
+-- item is in
+paired_items as (
+    select probe_set, hypernym_id as item_id from pairs
+    union
+    select probe_set, hyponym_id from pairs
+),
+
+item_values as (
+    select e.model, e.release, e.probe_set, e.item_id, e.norm, z.value as zipf
+    from paired_items as i
+    inner join embeddings as e on e.probe_set = i.probe_set and e.item_id = i.item_id
+    left join probe_properties as z on z.probe_set = i.probe_set and z.item_id = i.item_id and z.property = 'zipf'
+    where e.model = $model and e.release = $release
 ),
 
 pair_norms as (
     select
         g.model, g.release, p.probe_set,
         s.norm > g.norm as hyponym_greater,
-        abs(zs.zipf - zg.zipf) <= $zipf_tolerance as zipf_matched
+        abs(s.zipf - g.zipf) <= $zipf_tolerance as zipf_matched
     from pairs as p
-    inner join embeddings_in_scope as g on g.probe_set = p.probe_set and g.item_id = p.hypernym_id
-    inner join embeddings_in_scope as s
-        on s.probe_set = p.probe_set and s.item_id = p.hyponym_id and s.model = g.model and s.release = g.release
-    left join zipf as zg on zg.probe_set = p.probe_set and zg.item_id = p.hypernym_id
-    left join zipf as zs on zs.probe_set = p.probe_set and zs.item_id = p.hyponym_id
+    inner join item_values as g on g.probe_set = p.probe_set and g.item_id = p.hypernym_id
+    inner join item_values as s on s.probe_set = p.probe_set and s.item_id = p.hyponym_id
 ),
 
 counts as (
