@@ -23,7 +23,7 @@ with
 
 groups as (
     select
-        v.group_key, g.probe_set, g.property, v.n_items, v.n_with_zipf,
+        v.group_key, g.probe_set, g.property, g.set_id, v.n_items, v.n_with_zipf,
         g.property <> 'zipf' and v.n_with_zipf > 0 as has_zipf_control,
         v.has_token_control,
         v.n_items = g.set_items as full_set
@@ -61,7 +61,7 @@ full_rows as (
 
 -- the other samples: part of a probe set's items, or the items that also have a zipf
 partial_members as (
-    select s.sample_id, s.zipf_only, v.item_key, v.pos, v.norm, v.n_tokens, v.value, v.zipf,
+    select s.sample_id, s.zipf_only, s.set_id, v.pos, v.norm, v.n_tokens, v.value, v.zipf,
         v.value_start + (v.value_count + 1) / 2.0 as r_value
     from stg_analysis_values as v
     inner join samples as s using (group_key)
@@ -70,7 +70,7 @@ partial_members as (
 
 -- samples with the same item set share the ranks of the item-level variables norm, n_tokens and zipf
 item_set_signatures as (
-    select sample_id, any_value(item_key // 4294967296) as set_id, count(*) as n, sum(hash(item_key)) as digest
+    select sample_id, any_value(set_id) as set_id, count(*) as n, sum(hash(pos)) as digest
     from partial_members
     group by sample_id
 ),
@@ -152,15 +152,15 @@ value_ranks as (
 ),
 
 partial_rows as (
-    select m.sample_id, m.value, m.item_key, m.norm, m.r_value
+    select m.sample_id, m.value, m.pos, m.norm, m.r_value
     from partial_members as m
     where not m.zipf_only
     union all
-    select m.sample_id, m.value, m.item_key, m.norm, v.r
+    select m.sample_id, m.value, m.pos, m.norm, v.r
     from partial_members as m
     inner join value_ranks as v on v.sample_id = m.sample_id and v.value = m.value
     union all
-    select sample_id, value, item_key, norm, (rank() over w_value + count(*) over w_value) / 2.0
+    select sample_id, value, pos, norm, (rank() over w_value + count(*) over w_value) / 2.0
     from partial_members
     where sample_id in (select sample_id from zipf_only_info where not few_values)
     window w_value as (partition by sample_id order by value)
@@ -172,7 +172,7 @@ sample_rows as (
     select p.sample_id, p.value, ln(p.norm), p.r_value, i.r_norm, i.r_tokens, i.r_zipf
     from partial_rows as p
     inner join item_sets as s using (sample_id)
-    inner join item_ranks as i on i.item_key = s.item_set_id * 4294967296 + p.item_key % 4294967296
+    inner join item_ranks as i on i.item_key = s.item_set_id * 4294967296 + p.pos
 ),
 
 correlations as (

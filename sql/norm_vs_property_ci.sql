@@ -52,7 +52,7 @@ samples_declared as (
 -- samples with the same item set share the ranks of the item-level variables norm, n_tokens and zipf: full
 -- samples are their probe set's item set; the others are told apart by a digest of their items
 partial_signatures as (
-    select s.sample_id, count(*) as n, sum(hash(v.item_key)) as digest
+    select s.sample_id, count(*) as n, sum(hash(v.pos)) as digest
     from stg_analysis_values as v
     inner join samples_declared as s using (group_key)
     where not s.full_sample and (not s.zipf_only or v.zipf is not null)

@@ -4,7 +4,7 @@
 -- pipeline/analysis.py creates it as a temporary table of this name, like stg_analysis_values.
 -- params:  $model, $release
 -- columns: group_key (hash(probe_set, property), as in stg_analysis_values), probe_set, property,
---          set_id (as in stg_analysis_values.item_key), set_items (embedded items of the probe set)
+--          set_id (numbering the probe sets in name order), set_items (embedded items of the probe set)
 with
 
 probe_sets as (

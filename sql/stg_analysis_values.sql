@@ -10,7 +10,6 @@
 --   pos        the item's 0-based position among its probe set's embedded items ordered by item_id (the
 --              bootstrap weights of norm_vs_property_ci are a function of it; it also breaks ties in
 --              item_id order)
---   item_key   set_id * 2^32 + pos, set_id numbering the probe sets in name order: one integer per item
 --   r_norm, r_tokens, r_zipf   average ranks (ties share the mean rank, as scipy.stats.rankdata) of norm,
 --              n_tokens and zipf among the probe set's embedded items; r_zipf only where all of them have a
 --              zipf
@@ -23,8 +22,9 @@
 -- Values are ranked by counting equal values where a group has few distinct values (integer properties,
 -- rounded scores) and by sorting where it has many; the choice only changes the cost.
 -- params:  $model, $release
--- columns: group_key, item_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, r_tokens, r_zipf,
---          value_start, value_count, d_value
+-- Positions and counts are 32-bit integers: the table is the largest thing an audit holds in memory.
+-- columns: group_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, r_tokens, r_zipf, value_start,
+--          value_count, d_value
 with
 
 zipf as (
@@ -46,7 +46,7 @@ embeddings_in_scope as (
 -- n_tokens and zipf have few distinct values: average rank = items up to and including the value
 -- - (items with the value - 1) / 2, from counts instead of a sort
 set_sizes as (
-    select probe_set, count(*) as set_items, count(zipf) = count(*) as all_have_zipf
+    select probe_set, count(zipf) = count(*) as all_have_zipf
     from embeddings_in_scope
     group by probe_set
 ),
@@ -72,10 +72,6 @@ zipf_ranks as (
     )
 ),
 
-probe_sets as (
-    select probe_set, row_number() over (order by probe_set) as set_id from set_sizes
-),
-
 properties as (
     select probe_set, item_id, property, value from probe_properties where value is not null
 ),
@@ -84,18 +80,16 @@ properties as (
 joined as materialized (
     select
         hash(e.probe_set, p.property) as group_key,
-        s.set_id * 4294967296 + e.pos as item_key,
-        e.pos,
+        e.pos::integer as pos,
         p.value,
         e.norm,
         e.n_tokens,
         e.zipf,
         e.r_norm,
-        e.d_norm,
+        e.d_norm::integer as d_norm,
         t.r as r_tokens,
         z.r as r_zipf
     from embeddings_in_scope as e
-    inner join probe_sets as s on s.probe_set = e.probe_set
     inner join token_ranks as t on t.probe_set = e.probe_set and t.n_tokens = e.n_tokens
     left join zipf_ranks as z on z.probe_set = e.probe_set and z.zipf = e.zipf
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id
@@ -109,7 +103,7 @@ group_kinds as (
 value_spans as (
     select
         group_key, value, c as value_count,
-        (sum(c) over (partition by group_key order by value rows between unbounded preceding and current row) - c)::bigint
+        sum(c) over (partition by group_key order by value rows between unbounded preceding and current row) - c
             as value_start,
         row_number() over (partition by group_key order by value) - 1 as d_value
     from (
@@ -121,12 +115,15 @@ value_spans as (
 ),
 
 final as (
-    select j.*, v.value_start, v.value_count, v.d_value
+    select
+        j.*, v.value_start::integer as value_start, v.value_count::integer as value_count,
+        v.d_value::integer as d_value
     from joined as j
     inner join value_spans as v on v.group_key = j.group_key and v.value = j.value
     union all
     -- count(*) runs through the value's peers: less rank() - 1, it counts the value's rows
-    select *, rank() over w - 1, count(*) over w - rank() over w + 1, dense_rank() over w - 1
+    select
+        *, (rank() over w - 1)::integer, (count(*) over w - rank() over w + 1)::integer, (dense_rank() over w - 1)::integer
     from joined
     where group_key in (select group_key from group_kinds where not few_values)
     window w as (partition by group_key order by value)
