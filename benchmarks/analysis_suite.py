@@ -6,7 +6,8 @@ Builds synthetic stored rows in memory (no vectors: these analyses never read th
 ``token_norms``. Then times, in one process, the audit's SQL (norm_vs_property, norm_vs_property_ci,
 norm_by_bin, hypernym_pairs, token_norm_vs_frequency) against an idiomatic pandas + scipy
 implementation of the same statistics, checks that both give the same numbers, and prints the ratio
-and the peak resident memory of each side.
+and the peak resident memory of each side. Each side runs with only its own copy of the rows in memory
+(DuckDB's tables are dropped before the pandas frames are built from the same seeded rows).
 
 The bootstrap runs with ``--resamples`` replicates (default 3) on both sides: 1,000 replicates of 10
 million items are 10^10 row-operations, beyond this machine for either implementation; the audit's
@@ -344,7 +345,7 @@ def main() -> None:
         con.register(f"{name}_arrow", table)
         con.execute(f"create table {name} as select * from {name}_arrow")
         con.unregister(f"{name}_arrow")
-    frames = {name: table.to_pandas() for name, table in tables.items()}
+    # each side runs with only its own copy of the rows in memory: the other's would crowd it
     del tables
     gc.collect()
     threads = con.execute("select current_setting('threads')").fetchall()[0][0]
@@ -357,7 +358,12 @@ def main() -> None:
         sql[name] = run_query(con, name, resamples=args.resamples, **PARAMS)
         sql_times[name] = time.perf_counter() - t
     sql_peak = peak_gib()
+    con.close()
+    del con
+    gc.collect()
 
+    frames = {name: table.to_pandas() for name, table in build(args.items).items()}  # the same rows (seeded)
+    gc.collect()
     reset_peak()
     ref, pandas_times = pandas_suite(frames, args.resamples)
     pandas_s = sum(pandas_times.values())
