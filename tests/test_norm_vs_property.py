@@ -86,3 +86,26 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
     # a property of part of the probe set is ranked over its own items, not the probe set's
     expected = stats.spearmanr(norms[:90], zipf[:90]).statistic
     assert got[("zipf", "spearman")] == pytest.approx((expected, 90), abs=1e-9)
+
+
+def test_staged_ranks_match_scipy(synthetic_store):
+    """The ranks stg_analysis_values stages for every analysis, by counting (min_depth: few values) and
+    by sorting (zipf: many), against scipy's average and dense ranks."""
+    from pipeline.analysis import ensure_staged
+
+    store, norms, zipf, depth, _ = synthetic_store
+    con = open_catalog(store)
+    for table in ("stg_analysis_groups", "stg_analysis_values"):
+        ensure_staged(con, table, "m", "r1")
+    staged = con.sql(
+        "select g.property, v.* from stg_analysis_values as v join stg_analysis_groups as g using (group_key) "
+        "order by g.property, v.pos"
+    ).pl()
+    for prop, values in (("min_depth", depth), ("zipf", zipf)):
+        rows = staged.filter(staged["property"] == prop)
+        assert rows["pos"].to_list() == list(range(len(values)))  # items in item_id order, as stored
+        r_value = rows["value_start"].to_numpy() + (rows["value_count"].to_numpy() + 1) / 2
+        np.testing.assert_allclose(r_value, stats.rankdata(values), atol=1e-12)
+        np.testing.assert_array_equal(rows["d_value"].to_numpy(), stats.rankdata(values, method="dense") - 1)
+        np.testing.assert_allclose(rows["r_norm"].to_numpy(), stats.rankdata(norms), atol=1e-12)
+        np.testing.assert_array_equal(rows["d_norm"].to_numpy(), stats.rankdata(norms, method="dense") - 1)

@@ -147,3 +147,34 @@ def test_partial_intervals_use_only_items_with_a_zipf(tmp_path):
     assert got[("rating_sd", "partial_spearman_zipf")]["ci_high"] == pytest.approx(high, abs=1e-9)
     low, high, _ = bootstrap_ci(w, norms, rating, np.zeros(n), np.full(n, 3))["spearman"]
     assert got[("rating_sd", "spearman")]["ci_low"] == pytest.approx(low, abs=1e-9)
+
+
+def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
+    """Two probe sets in one release: each replicate's sort runs across item sets and replicates, so
+    every (item set, replicate) must be ranked on its own; tied norms and tied many-valued scores share
+    their average weighted rank."""
+    resamples, seed = 300, 77
+    store = Store(str(tmp_path / "root"))
+    expected = {}
+    for name, n, data_seed in (("a", 90, 3), ("b", 70, 4)):
+        rng = np.random.default_rng(data_seed)
+        zipf = np.round(rng.uniform(1, 7, n), 1)
+        depth = rng.integers(0, 6, n).astype(float)  # few values: summed per value
+        score = np.round(rng.normal(size=n), 1)  # many values, with ties: sorted
+        n_tokens = 1 + rng.integers(0, 3, n)
+        norms = 1.0 + 0.05 * zipf + 0.02 * depth + 0.03 * score + rng.normal(0, 0.05, n)
+        norms[:6] = norms[6]  # a tie group of norms
+        ps = word_probe_set(name, n, {"zipf": zipf, "min_depth": depth, "score": score})
+        store_synthetic(store, "m", "r1", ps, norms, n_tokens=n_tokens)
+        weights = poisson_weights(seed, resamples, n)
+        for prop, values in (("min_depth", depth), ("score", score)):
+            expected[(name, prop)] = bootstrap_ci(weights, norms, values, zipf, n_tokens)
+    res = run_query(open_catalog(store), "norm_vs_property_ci", model="m", release="r1",
+                    resamples=resamples, seed=seed)
+    got = {(r["probe_set"], r["property"], r["statistic"]): r for r in res.iter_rows(named=True)}
+    for (name, prop), stats_expected in expected.items():
+        for statistic, (low, high, n_defined) in stats_expected.items():
+            row = got[(name, prop, statistic)]
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (name, prop, statistic)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (name, prop, statistic)
+            assert row["n_resamples"] == n_defined
