@@ -109,3 +109,22 @@ def test_staged_ranks_match_scipy(synthetic_store):
         np.testing.assert_array_equal(rows["d_value"].to_numpy(), stats.rankdata(values, method="dense") - 1)
         np.testing.assert_allclose(rows["r_norm"].to_numpy(), stats.rankdata(norms), atol=1e-12)
         np.testing.assert_array_equal(rows["d_norm"].to_numpy(), stats.rankdata(norms, method="dense") - 1)
+
+
+def test_frequency_control_of_a_few_valued_property_over_part_of_the_items(tmp_path):
+    """The items that also have a zipf are a sample of their own: a property with few values is ranked
+    again over them (by counting), not with the ranks staged over all its items."""
+    rng = np.random.default_rng(5)
+    n = 120
+    zipf = rng.uniform(1, 7, n)
+    depth = rng.integers(0, 6, n).astype(float)
+    norms = 1 + 0.1 * zipf + 0.05 * depth + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    ps = word_probe_set("partial", n, {"min_depth": depth})
+    ps.properties = ps.properties.vstack(word_probe_set("partial", 90, {"zipf": zipf[:90]}).properties)
+    store_synthetic(store, "m", "r", ps, norms)
+    res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r")
+    got = {(r["property"], r["statistic"]): (r["value"], r["n"]) for r in res.iter_rows(named=True)}
+    assert got[("min_depth", "spearman")] == pytest.approx((stats.spearmanr(norms, depth).statistic, n), abs=1e-9)
+    expected = partial_spearman(norms[:90], depth[:90], zipf[:90])
+    assert got[("min_depth", "partial_spearman_zipf")] == pytest.approx((expected, 90), abs=1e-9)

@@ -178,3 +178,26 @@ def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
             assert row["ci_low"] == pytest.approx(low, abs=1e-9), (name, prop, statistic)
             assert row["ci_high"] == pytest.approx(high, abs=1e-9), (name, prop, statistic)
             assert row["n_resamples"] == n_defined
+
+
+def test_partial_intervals_of_a_few_valued_property(tmp_path):
+    """A few-valued property (summed per value) over the items that also have a zipf: its values are
+    centred and ranked over that sample alone."""
+    rng = np.random.default_rng(6)
+    n = 80
+    zipf, depth = rng.uniform(1, 7, n), rng.integers(0, 5, n).astype(float)
+    norms = 1 + 0.1 * zipf + 0.05 * depth + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    ps = word_probe_set("p", n, {"min_depth": depth})
+    ps.properties = ps.properties.vstack(word_probe_set("p", 50, {"zipf": zipf[:50]}).properties)
+    store_synthetic(store, "m", "r1", ps, norms)
+    got = _ci(store, resamples=500, seed=5)
+    w = poisson_weights(5, 500, n)
+    low, high, _ = bootstrap_ci(w[:, :50], norms[:50], depth[:50], zipf[:50], np.full(50, 3))["partial_spearman_zipf"]
+    assert got[("min_depth", "partial_spearman_zipf")]["ci_low"] == pytest.approx(low, abs=1e-9)
+    assert got[("min_depth", "partial_spearman_zipf")]["ci_high"] == pytest.approx(high, abs=1e-9)
+    expected = bootstrap_ci(w, norms, depth, np.zeros(n), np.full(n, 3))
+    for statistic in ("spearman", "pearson_log_norm"):
+        low, high, _ = expected[statistic]
+        assert got[("min_depth", statistic)]["ci_low"] == pytest.approx(low, abs=1e-9)
+        assert got[("min_depth", statistic)]["ci_high"] == pytest.approx(high, abs=1e-9)
