@@ -100,7 +100,7 @@ replicate_keys as (
 -- hash of each step is its own CTE: a select-list expression naming another alias of the same list is
 -- inlined, and would be evaluated once per reference)
 mix_0 as not materialized (
-    select i.item_set_id * $resamples + r.b as item_rep, i.pos, i.norm, i.n_tokens, i.zipf, i.d_norm,
+    select i.item_set_id * $resamples + r.b as item_rep, i.pos, i.n_tokens, i.zipf, i.d_norm,
         xor(r.key, (i.pos & 4294967295)::ubigint) as h
     from item_set_members as i cross join replicate_keys as r
 ),

@@ -43,14 +43,15 @@ embeddings_in_scope as (
     window w_norm as (partition by e.probe_set order by e.norm)
 ),
 
--- n_tokens and zipf have few distinct values: average rank = items up to and including the value
--- - (items with the value - 1) / 2, from counts instead of a sort
-set_sizes as (
+-- zipf is ranked only over probe sets where every embedded item has one
+zipf_coverage as (
     select probe_set, count(zipf) = count(*) as all_have_zipf
     from embeddings_in_scope
     group by probe_set
 ),
 
+-- n_tokens and zipf have few distinct values: average rank = items up to and including the value
+-- - (items with the value - 1) / 2, from counts instead of a sort
 token_ranks as (
     select
         probe_set, n_tokens,
@@ -67,7 +68,7 @@ zipf_ranks as (
     from (
         select probe_set, zipf, count(*) as c
         from embeddings_in_scope
-        where probe_set in (select probe_set from set_sizes where all_have_zipf)
+        where probe_set in (select probe_set from zipf_coverage where all_have_zipf)
         group by all
     )
 ),

@@ -66,11 +66,14 @@ def test_release_scoping(synthetic_store):
     assert "partial_spearman_n_tokens" not in res["statistic"].to_list()
 
 
-def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
+@pytest.mark.parametrize("kind", ["many values", "few values"])
+def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path, kind):
+    """The items that also have a zipf are a sample of their own: the property is ranked again over them
+    (by sorting or by counting), not with the ranks staged over all its items."""
     rng = np.random.default_rng(3)
     n = 120
     zipf = rng.uniform(1, 7, n)
-    rating = rng.normal(size=n)
+    rating = rng.normal(size=n) if kind == "many values" else rng.integers(0, 6, n).astype(float)
     norms = 1 + 0.1 * zipf + 0.05 * rating + rng.normal(0, 0.05, n)
     store = Store(str(tmp_path / "root"))
     ps = word_probe_set("partial", n, {"rating_sd": rating})
@@ -86,7 +89,6 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path):
     # a property of part of the probe set is ranked over its own items, not the probe set's
     expected = stats.spearmanr(norms[:90], zipf[:90]).statistic
     assert got[("zipf", "spearman")] == pytest.approx((expected, 90), abs=1e-9)
-
 
 def test_staged_ranks_match_scipy(synthetic_store):
     """The ranks stg_analysis_values stages for every analysis, by counting (min_depth: few values) and
@@ -110,21 +112,3 @@ def test_staged_ranks_match_scipy(synthetic_store):
         np.testing.assert_allclose(rows["r_norm"].to_numpy(), stats.rankdata(norms), atol=1e-12)
         np.testing.assert_array_equal(rows["d_norm"].to_numpy(), stats.rankdata(norms, method="dense") - 1)
 
-
-def test_frequency_control_of_a_few_valued_property_over_part_of_the_items(tmp_path):
-    """The items that also have a zipf are a sample of their own: a property with few values is ranked
-    again over them (by counting), not with the ranks staged over all its items."""
-    rng = np.random.default_rng(5)
-    n = 120
-    zipf = rng.uniform(1, 7, n)
-    depth = rng.integers(0, 6, n).astype(float)
-    norms = 1 + 0.1 * zipf + 0.05 * depth + rng.normal(0, 0.05, n)
-    store = Store(str(tmp_path / "root"))
-    ps = word_probe_set("partial", n, {"min_depth": depth})
-    ps.properties = ps.properties.vstack(word_probe_set("partial", 90, {"zipf": zipf[:90]}).properties)
-    store_synthetic(store, "m", "r", ps, norms)
-    res = run_query(open_catalog(store), "norm_vs_property", model="m", release="r")
-    got = {(r["property"], r["statistic"]): (r["value"], r["n"]) for r in res.iter_rows(named=True)}
-    assert got[("min_depth", "spearman")] == pytest.approx((stats.spearmanr(norms, depth).statistic, n), abs=1e-9)
-    expected = partial_spearman(norms[:90], depth[:90], zipf[:90])
-    assert got[("min_depth", "partial_spearman_zipf")] == pytest.approx((expected, 90), abs=1e-9)

@@ -129,10 +129,14 @@ def test_intervals_are_seeded_and_sensible(stored):
     assert 0.6 < (row["ci_high"] - row["ci_low"]) / (2 * 1.96 * se) < 1.6
 
 
-def test_partial_intervals_use_only_items_with_a_zipf(tmp_path):
+@pytest.mark.parametrize("kind", ["many values", "few values"])
+def test_partial_intervals_use_only_items_with_a_zipf(tmp_path, kind):
+    """The items that also have a zipf are a sample of their own: its property is centred and ranked over
+    them alone, by sorting (many values) or summed per value (few)."""
     rng = np.random.default_rng(2)
     n = 80
-    zipf, rating = rng.uniform(1, 7, n), rng.normal(size=n)
+    zipf = rng.uniform(1, 7, n)
+    rating = rng.normal(size=n) if kind == "many values" else rng.integers(0, 5, n).astype(float)
     norms = 1 + 0.1 * zipf + 0.1 * rating + rng.normal(0, 0.05, n)
     store = Store(str(tmp_path / "root"))
     ps = word_probe_set("p", n, {"rating_sd": rating})
@@ -145,8 +149,11 @@ def test_partial_intervals_use_only_items_with_a_zipf(tmp_path):
     low, high, _ = expected["partial_spearman_zipf"]
     assert got[("rating_sd", "partial_spearman_zipf")]["ci_low"] == pytest.approx(low, abs=1e-9)
     assert got[("rating_sd", "partial_spearman_zipf")]["ci_high"] == pytest.approx(high, abs=1e-9)
-    low, high, _ = bootstrap_ci(w, norms, rating, np.zeros(n), np.full(n, 3))["spearman"]
-    assert got[("rating_sd", "spearman")]["ci_low"] == pytest.approx(low, abs=1e-9)
+    expected = bootstrap_ci(w, norms, rating, np.zeros(n), np.full(n, 3))
+    for statistic in ("spearman", "pearson_log_norm"):
+        low, high, _ = expected[statistic]
+        assert got[("rating_sd", statistic)]["ci_low"] == pytest.approx(low, abs=1e-9)
+        assert got[("rating_sd", statistic)]["ci_high"] == pytest.approx(high, abs=1e-9)
 
 
 def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
@@ -179,25 +186,3 @@ def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
             assert row["ci_high"] == pytest.approx(high, abs=1e-9), (name, prop, statistic)
             assert row["n_resamples"] == n_defined
 
-
-def test_partial_intervals_of_a_few_valued_property(tmp_path):
-    """A few-valued property (summed per value) over the items that also have a zipf: its values are
-    centred and ranked over that sample alone."""
-    rng = np.random.default_rng(6)
-    n = 80
-    zipf, depth = rng.uniform(1, 7, n), rng.integers(0, 5, n).astype(float)
-    norms = 1 + 0.1 * zipf + 0.05 * depth + rng.normal(0, 0.05, n)
-    store = Store(str(tmp_path / "root"))
-    ps = word_probe_set("p", n, {"min_depth": depth})
-    ps.properties = ps.properties.vstack(word_probe_set("p", 50, {"zipf": zipf[:50]}).properties)
-    store_synthetic(store, "m", "r1", ps, norms)
-    got = _ci(store, resamples=500, seed=5)
-    w = poisson_weights(5, 500, n)
-    low, high, _ = bootstrap_ci(w[:, :50], norms[:50], depth[:50], zipf[:50], np.full(50, 3))["partial_spearman_zipf"]
-    assert got[("min_depth", "partial_spearman_zipf")]["ci_low"] == pytest.approx(low, abs=1e-9)
-    assert got[("min_depth", "partial_spearman_zipf")]["ci_high"] == pytest.approx(high, abs=1e-9)
-    expected = bootstrap_ci(w, norms, depth, np.zeros(n), np.full(n, 3))
-    for statistic in ("spearman", "pearson_log_norm"):
-        low, high, _ = expected[statistic]
-        assert got[("min_depth", statistic)]["ci_low"] == pytest.approx(low, abs=1e-9)
-        assert got[("min_depth", statistic)]["ci_high"] == pytest.approx(high, abs=1e-9)
