@@ -2,7 +2,9 @@
 
 :func:`build_tiny_model` writes either a sentence-transformers directory (same layout as
 all-MiniLM-L6-v2: Transformer -> mean Pooling -> Normalize) or a plain transformers directory,
-so tests exercise the very code paths the real models take.
+so tests exercise the very code paths the real models take. :func:`build_random_like` gives a
+real model's architecture and tokenizer random weights, for GPU checks on machines that cannot
+receive the real weights (speed does not depend on weight values; the vectors do).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import string
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["TINY_WORDS", "build_tiny_model"]
+__all__ = ["TINY_WORDS", "build_random_like", "build_tiny_model"]
 
 # A fixed English word list: the tokenizer is trained on it, so it must never change order or content
 # (the vocabulary, and through it the weight shapes and fingerprint, depend on it).
@@ -168,4 +170,41 @@ def build_tiny_model(
             },
         )
         (out / "2_Normalize").mkdir(exist_ok=True)
+    return out
+
+
+def build_random_like(src_dir, out_dir, seed: int = 0) -> Path:
+    """Copy a model directory without its weights and save random weights of the same architecture.
+
+    Everything but weight files (config, tokenizer, sentence-transformers modules) is copied from
+    ``src_dir``; the transformer is built from its ``config.json`` with transformers' own random
+    initialisation (``seed``) and saved as ``model.safetensors`` in float32, so the result loads
+    through the same resolve/Embedder path as the original. Vectors are meaningless; shapes, FLOPs
+    and therefore throughput are the original's. Returns ``out_dir`` as a :class:`~pathlib.Path`.
+    """
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from pipeline.models import WEIGHT_SUFFIXES, transformer_dir
+
+    src, out = Path(src_dir), Path(out_dir)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; pass a new directory")
+    shutil.copytree(src, out, ignore=lambda _, names: [n for n in names if n.endswith(WEIGHT_SUFFIXES)])
+    model_dir = transformer_dir(out)
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(config).to(torch.float32).eval()
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(model_dir, safe_serialization=True)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return out
