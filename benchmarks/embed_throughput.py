@@ -1,11 +1,17 @@
 """Throughput of ``Embedder.embed`` against ``SentenceTransformer.encode``, and achieved FLOP/s share.
 
-Run:  python benchmarks/embed_throughput.py [--n 20000] [--threads T] [--batch-tokens N] [--repeat 3]
+Run:  python benchmarks/embed_throughput.py [--device auto|cpu|cuda] [--n 20000] [--words FILE]
+          [--threads T] [--batch-tokens N] [--max-batch-size N] [--ours-also TOKENS:TEXTS ...]
+          [--st-batch-size 32 ...] [--repeat 3] [--compare-cpu N] [--model SPEC]
 
-Both paths run in this process with the same torch threads, after a warm-up each, on the same
-words (wordfreq's English top list, alphabetic only). Both include tokenization in their time.
+Both paths run in this process on the same device (``--device``, default cpu; ``auto`` picks as the
+audit does), with the same torch threads, after a warm-up each, on the same words (wordfreq's English
+top list, alphabetic only, or the words of ``--words FILE``). Both include tokenization and the copy
+of the results to host memory in their time. ``--ours-also`` times further (batch_tokens,
+max_batch_size) settings of ours beside the default; ``--st-batch-size`` takes several sizes.
 
-Model FLOPs of our run (documented formula, forward pass only)::
+Both run the model in float32 (the Embedder has no half-precision mode). Model FLOPs of our run
+(documented formula, forward pass only)::
 
     dense     = 2 * M * sum_i L_i          M = multiply-accumulates per token of the encoder's
                                              Linear layers (non-embedding weights: QKV, output,
@@ -16,8 +22,12 @@ Model FLOPs of our run (documented formula, forward pass only)::
 
 ``L_i`` is the real (unpadded) token count of text i: that is useful work. The same formula
 with each text's padded batch width is printed as "padded FLOPs" (work the hardware did).
-The share is useful FLOP/s over the machine's dense float32 matmul rate, measured here with
-torch (square matmuls, same threads, best of several).
+The share is useful FLOP/s over the device's dense matmul rate measured here with torch: on CPU
+float32 (2048^3, same threads, best of several); on CUDA float32 at torch's matmul precision (TF32
+off unless something switched it on; printed) and, for scale, bf16 (8192^3, CUDA events).
+
+On CUDA, ``--compare-cpu N`` also embeds the first N words on the CPU and prints the largest
+cuda-vs-cpu difference of vectors (relative to the norm) and norms.
 """
 
 from __future__ import annotations
@@ -67,17 +77,23 @@ class OtherLoad:
         return max(0.0, (total - idle - own) / max(total, 1))
 
 
-def words(n: int) -> list[str]:
-    from wordfreq import top_n_list
+def words(n: int, path: str | None = None) -> list[str]:
+    """The first ``n`` alphabetic words of ``path`` (one or more per line), else of wordfreq's English list."""
+    if path:
+        out = [w for w in Path(path).read_text().split() if w.isalpha()]
+        source = path
+    else:
+        from wordfreq import top_n_list
 
-    out = [w for w in top_n_list("en", max(30000, 2 * n)) if w.isalpha()]
+        out = [w for w in top_n_list("en", max(30000, 2 * n)) if w.isalpha()]
+        source = "wordfreq"
     if len(out) < n:
-        raise SystemExit(f"wordfreq gave only {len(out)} alphabetic words; use --n {len(out)} or less")
+        raise SystemExit(f"{source} gave only {len(out)} alphabetic words; use --n {len(out)} or less")
     return out[:n]
 
 
 def matmul_rate(size: int = 2048, reps: int = 10) -> float:
-    """Best dense float32 matmul FLOP/s over a few rounds of ``reps`` square products."""
+    """Best dense float32 matmul FLOP/s on the CPU over a few rounds of ``reps`` square products."""
     import torch
 
     a, b = torch.randn(size, size), torch.randn(size, size)
@@ -91,6 +107,43 @@ def matmul_rate(size: int = 2048, reps: int = 10) -> float:
             torch.mm(a, b, out=out)
         best = max(best, 2 * size**3 * reps / (time.perf_counter() - t))
     return best
+
+
+def cuda_matmul_rate(dtype, size: int = 8192, reps: int = 10) -> float:
+    """Best dense matmul FLOP/s on the current CUDA device in ``dtype``, timed with CUDA events.
+
+    float32 runs at torch's current matmul precision (TF32 off by default: true float32).
+    """
+    import torch
+
+    a = torch.randn(size, size, device="cuda", dtype=dtype)
+    b = torch.randn(size, size, device="cuda", dtype=dtype)
+    out = torch.empty(size, size, device="cuda", dtype=dtype)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    torch.cuda.synchronize()
+    best = 0.0
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            torch.mm(a, b, out=out)
+        end.record()
+        end.synchronize()
+        best = max(best, 2 * size**3 * reps / (start.elapsed_time(end) / 1e3))
+    del a, b, out
+    torch.cuda.empty_cache()
+    return best
+
+
+def tf32_matmuls() -> str:
+    """Whether float32 matmuls on CUDA may use TF32 (torch's flag), as text."""
+    import torch
+
+    try:
+        return "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
+    except RuntimeError as exc:  # torch refuses to read the flag when old and new APIs were mixed
+        return f"unknown ({exc})"
 
 
 def model_flops(model, lengths) -> float:
@@ -117,18 +170,36 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - t, load.stop()
 
 
+def _config(text: str) -> tuple[int, int]:
+    tokens, _, texts = text.partition(":")
+    try:
+        return int(tokens), int(texts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOKENS:TEXTS (e.g. 65536:8192), not {text!r}") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (default cpu)")
     ap.add_argument("--n", type=int, default=20000, help="number of words (default 20000)")
+    ap.add_argument("--words", default=None, help="word-list file (default: wordfreq's English list)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both paths")
     ap.add_argument(
         "--batch-tokens", type=int, default=None, help="padded tokens per batch (ours; default: Embedder's)"
     )
     ap.add_argument("--max-batch-size", type=int, default=1024, help="texts per batch at most (ours)")
-    ap.add_argument("--st-batch-size", type=int, default=32, help="SentenceTransformer.encode batch_size")
+    ap.add_argument(
+        "--ours-also", type=_config, nargs="*", default=[], metavar="TOKENS:TEXTS",
+        help="further batch_tokens:max_batch_size settings of ours to time beside the default",
+    )
+    ap.add_argument(
+        "--st-batch-size", type=int, nargs="+", default=[32], help="SentenceTransformer.encode batch_size(s)"
+    )
     ap.add_argument(
         "--repeat", type=int, default=3, help="interleaved timed rounds; the best of each path counts"
     )
+    ap.add_argument("--compare-cpu", type=int, default=0, metavar="N",
+                    help="off the CPU: also embed the first N words on the CPU and print the largest difference")
     ap.add_argument("--model", default="minilm-l6")
     args = ap.parse_args()
 
@@ -136,67 +207,126 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from pipeline.embed import Embedder
+    from pipeline.embed import Embedder, pick_device
     from pipeline.models import get_spec, resolve_model
 
     torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    on_cuda = device.startswith("cuda")
     print(
         f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, threads {args.threads}"
     )
+    if on_cuda:
+        props = torch.cuda.get_device_properties(device)
+        print(
+            f"device: {device} = {props.name}, {props.total_memory / 2**30:.0f} GiB, "
+            f"{props.multi_processor_count} SMs, CUDA {torch.version.cuda}, TF32 matmuls {tf32_matmuls()}"
+        )
+    else:
+        print(f"device: {device}")
     resolved = resolve_model(get_spec(args.model))
     emb = Embedder(
         resolved,
-        device="cpu",
+        device=device,
         threads=args.threads,
         batch_tokens=args.batch_tokens,
         max_batch_size=args.max_batch_size,
     )
-    st = SentenceTransformer(resolved.path, device="cpu", local_files_only=True)
-    texts = words(args.n)
+    dtype = next(emb.model.parameters()).dtype
+    st = SentenceTransformer(resolved.path, device=device, local_files_only=True)
+    texts = words(args.n, args.words)
+    configs = [(emb.batch_tokens, emb.max_batch_size), *args.ours_also]
     print(
-        f"model: {resolved.spec.name} (dim {resolved.dim}, max_length {resolved.max_length}), "
-        f"{len(texts)} words, batch_tokens {emb.batch_tokens}, max_batch_size {args.max_batch_size}, "
-        f"ST batch_size {args.st_batch_size}"
+        f"model: {resolved.spec.name} ({resolved.path}; dim {resolved.dim}, max_length {resolved.max_length}, "
+        f"{sum(p.numel() for p in emb.model.parameters()) / 1e6:.1f} M parameters, {dtype}), {len(texts)} words; "
+        f"ours batch_tokens:max_batch_size {', '.join(f'{t}:{m}' for t, m in configs)} (first = headline); "
+        f"ST batch_size {', '.join(map(str, args.st_batch_size))}"
     )
 
+    def ours(config, items):
+        emb.batch_tokens, emb.max_batch_size = config
+        return emb.embed(items)
+
     warm = texts[:2000]
-    emb.embed(warm)
-    st.encode(warm, batch_size=args.st_batch_size)
+    for config in configs:
+        ours(config, warm)
+    for bs in args.st_batch_size:
+        st.encode(warm, batch_size=bs)
 
-    # Interleaved rounds, best of each: both paths see the same background load, and a round
+    # Interleaved rounds, best of each: every path sees the same background load, and a round
     # disturbed by other processes (printed) does not count against either.
-    ours_s = st_s = float("inf")
-    peak, result = 0.0, []
+    ours_s = [float("inf")] * len(configs)
+    st_s = [float("inf")] * len(args.st_batch_size)
+    peak, result, stats = 0.0, None, None
     for r in range(args.repeat):
-        peak = max(peak, matmul_rate())
-        o, o_busy = timed(lambda: result.append(emb.embed(texts)))
-        stats = emb.last_stats
-        s, s_busy = timed(lambda: st.encode(texts, batch_size=args.st_batch_size))
-        ours_s, st_s = min(ours_s, o), min(st_s, s)
-        print(
-            f"  round {r + 1}: ours {o:.2f} s (other load {o_busy:.0%}), "
-            f"ST {s:.2f} s (other load {s_busy:.0%})"
-        )
-    ours_rate, st_rate = len(texts) / ours_s, len(texts) / st_s
-    print(f"ours:                  {ours_rate:10.0f} items/s  ({ours_s:.2f} s, {stats.batches} batches)")
-    print(f"SentenceTransformer:   {st_rate:10.0f} items/s  ({st_s:.2f} s)")
-    print(f"ratio ours / ST:       {ours_rate / st_rate:10.2f}x")
+        if not on_cuda:
+            peak = max(peak, matmul_rate())
+        line = []
+        for k, config in enumerate(configs):
+            out = []
+            o, o_busy = timed(lambda config=config, out=out: out.append(ours(config, texts)))
+            if k == 0:
+                result, stats = out[0], emb.last_stats
+            ours_s[k] = min(ours_s[k], o)
+            line.append(f"ours {config[0]}:{config[1]} {o:.2f} s (other load {o_busy:.0%})")
+        for k, bs in enumerate(args.st_batch_size):
+            s, s_busy = timed(lambda bs=bs: st.encode(texts, batch_size=bs))
+            st_s[k] = min(st_s[k], s)
+            line.append(f"ST {bs} {s:.2f} s (other load {s_busy:.0%})")
+        print(f"  round {r + 1}: " + ", ".join(line))
+    emb.batch_tokens, emb.max_batch_size = configs[0]
 
-    real = result[-1].n_tokens
+    n = len(texts)
+    for k, config in enumerate(configs):
+        label = "ours" if k == 0 else f"ours {config[0]}:{config[1]}"
+        print(f"{label + ':':24s} {n / ours_s[k]:10.0f} items/s  ({ours_s[k]:.2f} s)")
+    for k, bs in enumerate(args.st_batch_size):
+        print(f"{f'SentenceTransformer {bs}:':24s} {n / st_s[k]:10.0f} items/s  ({st_s[k]:.2f} s)")
+    for k, bs in enumerate(args.st_batch_size):
+        print(f"ratio ours / ST {bs}: {st_s[k] / ours_s[0]:8.2f}x")
+    t = time.perf_counter()
+    emb._tokenize(texts)
+    tok_s = time.perf_counter() - t
+    print(f"tokenization alone (inside ours): {tok_s:.2f} s = {tok_s / ours_s[0]:.0%} of ours' time")
+
+    real = result.n_tokens
     sizes, widths = np.array(stats.batch_shapes).T
     padded = np.repeat(widths, sizes)  # each text's batch width
     useful = model_flops(emb.model, real)
     done = model_flops(emb.model, padded)
     print(
         f"tokens: {real.sum()} real, {stats.padded_tokens} padded "
-        f"({stats.padded_tokens / max(real.sum(), 1) - 1:.1%} padding)"
+        f"({stats.padded_tokens / max(real.sum(), 1) - 1:.1%} padding), {stats.batches} batches (ours, default)"
     )
     print(f"model FLOPs: {useful / 1e9:.1f} GFLOP useful, {done / 1e9:.1f} GFLOP padded")
-    print(f"dense fp32 matmul rate (2048^3, {args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
-    print(
-        f"achieved: {useful / ours_s / 1e9:.1f} GFLOP/s useful = {useful / ours_s / peak:.2f} of matmul rate "
-        f"({done / ours_s / peak:.2f} counting padded work)"
-    )
+    achieved = useful / ours_s[0]
+    if on_cuda:
+        rates = {"fp32": cuda_matmul_rate(torch.float32), "bf16": cuda_matmul_rate(torch.bfloat16)}
+        print(f"dense matmul rates (8192^3, CUDA events): fp32 {rates['fp32'] / 1e12:.1f} TFLOP/s "
+              f"(TF32 {tf32_matmuls()}), bf16 {rates['bf16'] / 1e12:.1f} TFLOP/s")
+        print(
+            f"achieved (model in {dtype}): {achieved / 1e12:.2f} TFLOP/s useful = "
+            f"{achieved / rates['fp32']:.3f} of the fp32 rate ({done / ours_s[0] / rates['fp32']:.3f} counting "
+            f"padded work), {achieved / rates['bf16']:.4f} of the bf16 rate"
+        )
+    else:
+        print(f"dense fp32 matmul rate (2048^3, {args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
+        print(
+            f"achieved: {achieved / 1e9:.1f} GFLOP/s useful = {achieved / peak:.2f} of matmul rate "
+            f"({done / ours_s[0] / peak:.2f} counting padded work)"
+        )
+
+    if args.compare_cpu and device != "cpu":
+        k = min(args.compare_cpu, n)
+        on_cpu = Embedder(resolved, device="cpu", threads=args.threads).embed(texts[:k])
+        norms_cpu = on_cpu.norms
+        dv = np.abs(result.vectors[:k].astype(np.float64) - on_cpu.vectors).max(axis=1) / norms_cpu
+        dn = np.abs(result.norms[:k] - norms_cpu) / norms_cpu
+        same_tokens = bool((result.n_tokens[:k] == on_cpu.n_tokens).all())
+        print(
+            f"{device} vs cpu, first {k} words: max |dv|/||v|| {dv.max():.2e}, max |dnorm|/norm {dn.max():.2e}, "
+            f"token counts {'identical' if same_tokens else 'DIFFER'}"
+        )
 
 
 if __name__ == "__main__":
