@@ -71,7 +71,7 @@ PY
 
 # 3. tests
 if [ -d "$minilm_files" ]; then export GPU_CHECK_MINILM_FILES=$(cd "$minilm_files" && pwd); fi
-"$py" -m pytest -q -p no:cacheprovider -rA tests/test_gpu.py --junitxml "$out/gpu-tests.xml" 2>&1 \
+"$py" -m pytest -q -p no:cacheprovider -rA tests/test_gpu.py --junitxml "$out/gpu-tests.xml" -o junit_family=xunit1 2>&1 \
     | tee "$out/gpu-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=(tests)
 
