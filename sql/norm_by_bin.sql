@@ -24,17 +24,15 @@ groups as (
 
 -- quantile bins (ntile): with n = q * $n_bins + r rows in (value, pos) order, the first r bins hold q + 1
 -- rows and the rest q; the row at 0-based position k is in bin k // (q + 1) + 1 if k < r * (q + 1), else
--- in bin r + (k - r * (q + 1)) // q + 1. A value's rows hold positions value_start .. value_start +
--- value_count - 1: only a value whose rows straddle a bin boundary needs its rows ordered by pos
+-- in bin r + (k - r * (q + 1)) // q + 1, which is greatest(k // (q + 1), (k - r) // q) + 1 (no branch: the
+-- wrong term is never the larger; q = 0 only where there are fewer rows than bins, hence one bin per
+-- value). A value's rows hold positions value_start .. value_start + value_count - 1: only a value whose
+-- rows straddle a bin boundary needs its rows ordered by pos
 spans as not materialized (
     select
         j.group_key, j.norm, j.value, j.pos, j.value_start, g.q, g.r,
-        case when g.one_bin_per_value then j.d_value + 1
-            when j.value_start < g.r * (g.q + 1) then j.value_start // (g.q + 1) + 1
-            else g.r + (j.value_start - g.r * (g.q + 1)) // g.q + 1 end as first_bin,
-        case when g.one_bin_per_value then j.d_value + 1
-            when j.value_start + j.value_count - 1 < g.r * (g.q + 1) then (j.value_start + j.value_count - 1) // (g.q + 1) + 1
-            else g.r + (j.value_start + j.value_count - 1 - g.r * (g.q + 1)) // g.q + 1 end as last_bin
+        if(g.one_bin_per_value, j.d_value, greatest(j.value_start // (g.q + 1), (j.value_start - g.r) // nullif(g.q, 0))) + 1 as first_bin,
+        if(g.one_bin_per_value, j.d_value, greatest((j.value_start + j.value_count - 1) // (g.q + 1), (j.value_start + j.value_count - 1 - g.r) // nullif(g.q, 0))) + 1 as last_bin
     from stg_analysis_values as j
     inner join groups as g using (group_key)
 ),
@@ -45,7 +43,7 @@ binned as (
     where first_bin = last_bin
     union all
     select group_key, norm, value,
-        case when k < r * (q + 1) then k // (q + 1) + 1 else r + (k - r * (q + 1)) // q + 1 end
+        greatest(k // (q + 1), (k - r) // nullif(q, 0)) + 1
     from (
         select group_key, norm, value, q, r,
             value_start + row_number() over (partition by group_key, value order by pos) - 1 as k
@@ -59,18 +57,20 @@ per_bin as (
         group_key, bin,
         count(*) as n,
         avg(norm) as mean,
-        quantile_cont(norm, 0.5) as median,
-        quantile_cont(norm, 0.25) as q1,
-        quantile_cont(norm, 0.75) as q3,
-        quantile_cont(norm, 0.75) - quantile_cont(norm, 0.25) as iqr,
+        quantile_cont(norm, [0.25, 0.5, 0.75]) as qs,
         min(value) as low,
         max(value) as high
     from binned
     group by group_key, bin
 ),
 
+per_bin_q as (
+    select group_key, bin, n, mean, qs[2] as median, qs[1] as q1, qs[3] as q3, qs[3] - qs[1] as iqr, low, high
+    from per_bin
+),
+
 long as (
-    unpivot per_bin
+    unpivot per_bin_q
     on mean, median, q1, q3, iqr, low, high
     into name stat value value
 ),
