@@ -2,8 +2,11 @@
 
 For sentence-transformers directories the raw vector is the output of the module chain up to (not
 including) the first ``Normalize``; for plain transformers directories it is the spec's pooling of
-the last hidden state. The hot path tokenizes the whole input once, sorts by token length and packs
-batches under a padded-token budget, so short texts run in large batches and little is spent on pads.
+the last hidden state. The hot path tokenizes the input in chunks, sorts each chunk by token length and
+packs its batches under a padded-token budget, so short texts run in large batches and little is spent
+on pads (:mod:`pipeline.batching`). On a GPU the next chunk is tokenized on a helper thread while this
+one's batches run, and each chunk goes to the device in one copy and comes back in one: the forward
+passes are queued without waiting for the GPU in between.
 
 torch, transformers and sentence-transformers are imported inside functions: importing this module
 is cheap, and the CLI and SQL paths never pay for them.
@@ -11,12 +14,15 @@ is cheap, and the CLI and SQL paths never pay for them.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.batching import Tokens, chunk_bounds, computed_ahead, pack_batches, plan_batches
+from pipeline.devices import HostCopy, keep_freed_memory, pick_device, to_device, to_host
 from pipeline.models import ResolvedModel, transformer_dir
 
 __all__ = ["EmbedResult", "Embedder", "TokenNorms", "get_embedder", "pick_device"]
@@ -55,53 +61,35 @@ class _Stats:
     batch_shapes: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (texts, padded width)
 
 
+@dataclass(frozen=True)
+class _Queued:
+    """One chunk's outputs on their way to host memory, and the result rows they fill."""
+
+    rows: np.ndarray  # int64: result row of each output row
+    outputs: HostCopy  # vectors [m, d] float32, norms [m]
+    sizes: list[int]  # batches whose progress is reported when collected (empty: reported as they ran)
+
+
+class _Progress:
+    """Counts finished texts and passes the running total to the caller's callback, if any."""
+
+    def __init__(self, callback: Callable[[int], None] | None) -> None:
+        self.callback, self.done = callback, 0
+
+    def __call__(self, finished: int) -> None:
+        self.done += finished
+        if self.callback is not None:
+            self.callback(self.done)
+
+
 CPU_BATCH_TOKENS = 4096
 GPU_BATCH_TOKENS = 16384
-_MALLOC_TUNED = False
-
-
-def _keep_freed_memory() -> None:
-    """Stop glibc from handing activation buffers back to the OS after every batch (CPU only).
-
-    By default glibc serves large blocks with mmap and trims the heap eagerly, so every batch
-    re-faults its activations page by page (about 50k minor faults per MiniLM batch of 4k tokens,
-    ~10% of the forward time). Raising the mmap threshold to its 32 MiB maximum and the trim
-    threshold to 1 GiB keeps freed blocks mapped for the next batch. Process-wide, applied once;
-    a no-op where the C library has no ``mallopt``.
-    """
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED:
-        return
-    _MALLOC_TUNED = True
-    try:
-        import ctypes
-        import ctypes.util
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)
-        libc.mallopt(m_trim_threshold, 1024 * 1024 * 1024)
-    except (OSError, AttributeError):
-        pass
-
-
-def pick_device(device: str = "auto") -> str:
-    """``auto`` → ``cuda`` if available, else ``mps``, else ``cpu``; explicit names are checked."""
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device {device!r} requested but torch sees no CUDA GPU; use device='cpu' or 'auto'"
-        )
-    return device
-
-
+# Texts per chunk (see pipeline.batching.chunk_bounds). On a GPU, chunks overlap tokenization with the
+# device. On CPU tokenizing is ~1% of the time and the helper thread competes with torch's threads
+# (chunks of 4,096 took 15% longer on 20,000 words, 2 cores), so one chunk covers any audit shard
+# (4,096 texts) and chunks only bound memory on very large inputs.
+CPU_CHUNK_TEXTS = 65536
+GPU_CHUNK_TEXTS = 32768
 # Pooling config keys of sentence-transformers and the pooling this module computes for them itself.
 _ST_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 
@@ -143,8 +131,9 @@ class Embedder:
     ``batch_tokens`` bounds the padded tokens of one forward batch (``None``: 4096 on CPU, where larger
     batches spill activations out of cache and past glibc's 32 MiB mmap threshold and run ~15% slower
     on MiniLM; 16384 on GPUs) and ``max_batch_size`` the texts in it; ``threads`` sets torch's
-    intra-op threads for this process. On CPU, ``keep_memory``
-    tunes the process's malloc so batches reuse their buffers (see :func:`_keep_freed_memory`).
+    intra-op threads for this process. ``chunk_texts`` is the most texts tokenized and planned together
+    (``None``: 65,536 on CPU, 32,768 on GPUs; 0: all at once); see :meth:`embed`. On CPU, ``keep_memory``
+    tunes the process's malloc so batches reuse their buffers (see :func:`pipeline.devices.keep_freed_memory`).
     """
 
     def __init__(
@@ -155,6 +144,7 @@ class Embedder:
         batch_tokens: int | None = None,
         max_batch_size: int = 1024,
         keep_memory: bool = True,
+        chunk_texts: int | None = None,
     ) -> None:
         import torch
 
@@ -162,16 +152,26 @@ class Embedder:
             raise ValueError(
                 f"batch_tokens and max_batch_size must be positive, not {batch_tokens}, {max_batch_size}"
             )
+        if chunk_texts is not None and chunk_texts < 0:
+            raise ValueError(f"chunk_texts must be 0 (one chunk) or positive, not {chunk_texts}")
         if threads:
             torch.set_num_threads(threads)
         self.resolved = resolved
         self.device = pick_device(device)
         if keep_memory and self.device == "cpu":
-            _keep_freed_memory()
+            keep_freed_memory()
         if batch_tokens is None:
             batch_tokens = CPU_BATCH_TOKENS if self.device == "cpu" else GPU_BATCH_TOKENS
         self.batch_tokens = batch_tokens
         self.max_batch_size = max_batch_size
+        if chunk_texts is None:
+            chunk_texts = CPU_CHUNK_TEXTS if self.device == "cpu" else GPU_CHUNK_TEXTS
+        self.chunk_texts = chunk_texts
+        # On a GPU the host queues work ahead and reads results back per chunk; on CPU a batch is done
+        # when its forward returns, so progress is reported per batch as it happens.
+        self._queue_ahead = self.device != "cpu"
+        # MPS has no float64; elsewhere the norm is taken in float64 straight from the model output.
+        self._norm_dtype = torch.float32 if self.device.startswith("mps") else torch.float64
         self.max_length = resolved.max_length
         self.last_stats = _Stats()
         self._lock = threading.Lock()
@@ -185,8 +185,9 @@ class Embedder:
                 self.pooling = native
         self._model.eval()
         self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
-        self._input_names = set(self._tokenizer.model_input_names)
+        self._with_types = "token_type_ids" in self._tokenizer.model_input_names
         self._backend = self._make_backend()
+        self._types_needed = self._with_types and not self._single_text_types_are_zero()
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -241,32 +242,37 @@ class Embedder:
 
     # -- tokenization ----------------------------------------------------------------------------
 
-    def _tokenize(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], np.ndarray]:
-        """Token ids and type ids (truncated, with special tokens) and a truncation flag per text."""
+    def _single_text_types_are_zero(self) -> bool:
+        """Whether one text's type ids are all 0, so they need not be read per text.
+
+        A post-processor gives a single sequence's type ids by template position ([CLS], text, [SEP]),
+        never by the text's content, so one probe text tells for all.
+        """
+        probe = "a b 1"
+        if self._backend is not None:
+            return not any(self._backend.encode(probe, add_special_tokens=True).type_ids)
+        return not any(self._tokenizer(probe, add_special_tokens=True).get("token_type_ids") or [])
+
+    def _tokenize(self, texts: list[str]) -> Tokens:
+        """Token ids (truncated, with special tokens), type ids where not all 0, and a truncation flag per text."""
         if self._backend is not None:
             encs = self._backend.encode_batch(texts, add_special_tokens=True)
-            # Overflow pieces exist exactly when the text had more than max_length tokens.
-            truncated = np.fromiter((bool(e.overflowing) for e in encs), dtype=bool, count=len(encs))
-            return [e.ids for e in encs], [e.type_ids for e in encs], truncated
+            types = [e.type_ids for e in encs] if self._types_needed else None
+            tokens = Tokens.from_lists([e.ids for e in encs], types)
+            # Overflow pieces exist exactly when the text had more than max_length tokens, and a truncated
+            # text has max_length tokens left: only those are asked (each .overflowing builds objects).
+            for i in np.flatnonzero(tokens.lengths >= self.max_length):
+                tokens.truncated[i] = bool(encs[i].overflowing)
+            return tokens
         full = self._tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
         enc = self._tokenizer(texts, truncation=True, max_length=self.max_length, add_special_tokens=True)
-        types = enc.get("token_type_ids") or [[0] * len(ids) for ids in enc["input_ids"]]
-        return enc["input_ids"], types, np.array([len(f) > self.max_length for f in full], dtype=bool)
-
-    def _plan(self, lengths: np.ndarray) -> list[np.ndarray]:
-        """Batches of text indices: longest first, each under the padded-token budget."""
-        order = np.argsort(-lengths, kind="stable")
-        batches, start, n = [], 0, len(order)
-        while start < n:
-            longest = max(int(lengths[order[start]]), 1)
-            size = max(1, min(self.max_batch_size, self.batch_tokens // longest, n - start))
-            batches.append(order[start : start + size])
-            start += size
-        return batches
+        tokens = Tokens.from_lists(enc["input_ids"], enc.get("token_type_ids") if self._types_needed else None)
+        tokens.truncated[:] = [len(f) > self.max_length for f in full]
+        return tokens
 
     # -- inference -------------------------------------------------------------------------------
 
-    def _forward(self, input_ids, attention_mask, token_type_ids):
+    def _forward(self, input_ids, attention_mask, token_type_ids, padded: bool = True):
         import torch
 
         features = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -276,6 +282,10 @@ class Embedder:
             for module in self._st_modules:
                 features = module(features)
             return features["sentence_embedding"]
+        if not padded:
+            # Without pads the model attends to every token with or without a mask, and transformers
+            # checks a given mask with `mask.all()`, which waits for the GPU: a sync per batch.
+            del features["attention_mask"]
         hidden = self._model(**features).last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
@@ -288,7 +298,12 @@ class Embedder:
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> EmbedResult:
         """Raw vectors (float32), norms (float64), token counts and truncation flags, in input order.
 
-        ``progress``, if given, is called with the number of texts finished after each batch.
+        Texts are tokenized, planned and batched in chunks of at most ``chunk_texts`` (results do not
+        depend on the chunking beyond float rounding). On a GPU, the next chunk is tokenized on a helper
+        thread while this chunk's batches run, and a chunk's outputs stay on the device until all its
+        batches are queued. ``progress``, if given, is called with the number of texts finished after each
+        batch, in order, ending at ``len(texts)``: on CPU as each batch ends, on a GPU once its chunk's
+        outputs are back in host memory.
         """
         import torch
 
@@ -299,46 +314,65 @@ class Embedder:
         n, dim = len(texts), self.resolved.dim
         vectors = np.empty((n, dim), dtype=np.float32)
         norms = np.empty(n, dtype=np.float64)
+        lengths = np.empty(n, dtype=np.int32)
+        truncated = np.empty(n, dtype=bool)
         stats = _Stats(texts=n)
         if n == 0:
             self.last_stats = stats
-            return EmbedResult(vectors, norms, np.empty(0, np.int32), np.empty(0, bool))
-        ids, type_ids, truncated = self._tokenize(texts)
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=n)
-        with_types = "token_type_ids" in self._input_names
-        # MPS has no float64; elsewhere the norm is taken in float64 straight from the model output.
-        norm_dtype = torch.float32 if self.device.startswith("mps") else torch.float64
-        done = 0
-        with self._lock, torch.inference_mode():
-            for batch in self._plan(lengths):
-                width = max(int(lengths[batch].max()), 1)
-                arr_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
-                arr_types = np.zeros((len(batch), width), dtype=np.int64) if with_types else None
-                for row, i in enumerate(batch):
-                    arr_ids[row, : lengths[i]] = ids[i]
-                    if with_types:
-                        arr_types[row, : lengths[i]] = type_ids[i]
-                mask = (np.arange(width)[None, :] < lengths[batch][:, None]).astype(np.int64)
-                to = self.device
-                raw = self._forward(
-                    torch.from_numpy(arr_ids).to(to),
-                    torch.from_numpy(mask).to(to),
-                    torch.from_numpy(arr_types).to(to) if with_types else None,
-                )
-                if raw.shape[-1] != dim:
-                    raise RuntimeError(f"model produced {raw.shape[-1]}-d vectors but {dim} were expected")
-                batch_norms = torch.linalg.vector_norm(raw, dim=1, dtype=norm_dtype)
-                vectors[batch] = raw.float().cpu().numpy()
-                norms[batch] = batch_norms.cpu().numpy()
-                stats.batches += 1
-                stats.real_tokens += int(lengths[batch].sum())
-                stats.padded_tokens += len(batch) * width
-                stats.batch_shapes.append((len(batch), width))
-                done += len(batch)
-                if progress is not None:
-                    progress(done)
+            return EmbedResult(vectors, norms, lengths, truncated)
+        bounds = chunk_bounds(n, self.chunk_texts)
+        report = _Progress(progress)
+        chunks = computed_ahead(self._tokenize, [texts[a:b] for a, b in bounds])
+        with self._lock, torch.inference_mode(), contextlib.closing(chunks):
+            queued = None
+            for (start, stop), tokens in zip(bounds, chunks, strict=True):
+                lengths[start:stop] = tokens.lengths
+                truncated[start:stop] = tokens.truncated
+                # queue this chunk before waiting for the last one, so the device never runs dry
+                ahead = self._queue_chunk(tokens, start, stats, report)
+                if queued is not None:
+                    self._collect(queued, vectors, norms, report)
+                queued = ahead
+            self._collect(queued, vectors, norms, report)
         self.last_stats = stats
         return EmbedResult(vectors, norms, lengths, truncated)
+
+    def _queue_chunk(self, tokens: Tokens, start: int, stats: _Stats, report: _Progress) -> _Queued:
+        """Run (on a GPU: queue) every batch of one chunk; its outputs start back to host memory at the end."""
+        import torch
+
+        dim = self.resolved.dim
+        packed = pack_batches(
+            tokens, plan_batches(tokens.lengths, self.batch_tokens, self.max_batch_size), self._pad_id,
+            self._with_types,
+        )
+        inputs = to_device(packed.arrays, self.device)
+        out_vectors = torch.empty((len(packed.rows), dim), dtype=torch.float32, device=self.device)
+        out_norms = torch.empty(len(packed.rows), dtype=self._norm_dtype, device=self.device)
+        row = col = 0
+        for (size, width), real in zip(packed.shapes, packed.real, strict=True):
+            batch = inputs[:, col : col + size * width].view(-1, size, width)  # each row contiguous
+            raw = self._forward(batch[0], batch[1], batch[2] if self._with_types else None, real < size * width)
+            if raw.shape[-1] != dim:
+                raise RuntimeError(f"model produced {raw.shape[-1]}-d vectors but {dim} were expected")
+            out_vectors[row : row + size] = raw
+            out_norms[row : row + size] = torch.linalg.vector_norm(raw, dim=1, dtype=self._norm_dtype)
+            stats.batches += 1
+            stats.real_tokens += real
+            stats.padded_tokens += size * width
+            stats.batch_shapes.append((size, width))
+            row, col = row + size, col + size * width
+            if not self._queue_ahead:
+                report(size)
+        sizes = [size for size, _ in packed.shapes] if self._queue_ahead else []
+        return _Queued(start + packed.rows, to_host(out_vectors, out_norms), sizes)
+
+    @staticmethod
+    def _collect(queued: _Queued, vectors: np.ndarray, norms: np.ndarray, report: _Progress) -> None:
+        """Wait for one chunk's outputs, put them in their result rows, and report the chunk's progress."""
+        vectors[queued.rows], norms[queued.rows] = queued.outputs.numpy()
+        for size in queued.sizes:
+            report(size)
 
     def token_norms(self) -> TokenNorms:
         """L2 norms of the rows of ``model.get_input_embeddings().weight``, computed in float64."""
