@@ -233,6 +233,169 @@ def test_empty_and_bad_input(tiny_st):
         emb.embed(["ok", None])
 
 
+# -- chunks: tokenized, planned and run in pieces -------------------------------------------------
+
+
+def _assert_same_items(a, b, rtol=1e-5, atol=1e-6):
+    """Per-item equality of two EmbedResults: token counts and flags exactly, vectors and norms to float32."""
+    np.testing.assert_array_equal(a.n_tokens, b.n_tokens)
+    np.testing.assert_array_equal(a.truncated, b.truncated)
+    np.testing.assert_allclose(a.vectors, b.vectors, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(a.norms, b.norms, rtol=rtol)
+
+
+def _mixed_texts() -> list[str]:
+    """Texts from empty to past max_length (32), shuffled so that chunks hold mixed lengths."""
+    long = [" ".join(TINY_WORDS[i : i + k]) for i, k in ((0, 60), (5, 31), (9, 29), (40, 100))]
+    texts = _texts(110, seed=6) + long + ["", "", "dog", "dog", "Dog!"]
+    order = np.random.default_rng(6).permutation(len(texts))
+    return [texts[i] for i in order]
+
+
+def _check_progress(calls: list[int], n: int, stats) -> None:
+    """Progress counts rise by each batch's size, in plan order, and reach n exactly once, at the end."""
+    assert calls and calls[-1] == n
+    assert np.diff([0, *calls]).tolist() == [size for size, _ in stats.batch_shapes]
+
+
+def _check_stats(stats, res) -> None:
+    assert stats.texts == len(res) and stats.batches == len(stats.batch_shapes)
+    assert stats.real_tokens == int(res.n_tokens.sum())
+    assert stats.padded_tokens == sum(size * width for size, width in stats.batch_shapes) >= stats.real_tokens
+
+
+@pytest.mark.parametrize("chunk_texts", [1, 5, 16, 64])
+@pytest.mark.parametrize("queue_ahead", [False, True], ids=["cpu-flow", "gpu-flow"])
+def test_chunks_keep_order_and_per_item_results(tiny_model_dir, chunk_texts, queue_ahead):
+    """Chunks smaller than the input, of texts of very different lengths, give each text the result of one
+    chunk. ``gpu-flow`` runs the GPU's control flow on CPU: a chunk's outputs are collected only after the next
+    chunk is queued, and progress is reported then."""
+    from pipeline.batching import chunk_bounds
+
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    texts = _mixed_texts()
+    one = Embedder(resolved, device="cpu", batch_tokens=64, max_batch_size=8, chunk_texts=0).embed(texts)
+    emb = Embedder(resolved, device="cpu", batch_tokens=64, max_batch_size=8, chunk_texts=chunk_texts)
+    emb._queue_ahead = queue_ahead
+    calls: list[int] = []
+    res = emb.embed(texts, progress=calls.append)
+    assert len(chunk_bounds(len(texts), chunk_texts)) > 3  # really chunked
+    assert res.truncated.sum() >= 2 and (res.n_tokens == res.n_tokens.min()).sum() >= 2
+    _assert_same_items(res, one)
+    _check_progress(calls, len(texts), emb.last_stats)
+    _check_stats(emb.last_stats, res)
+    for i in (0, len(texts) // 2, len(texts) - 1):  # and each equals the text embedded on its own
+        _assert_same_items(emb.embed([texts[i]]), type(res)(*(x[i : i + 1] for x in vars(res).values())))
+
+
+def test_chunk_boundaries_inside_equal_lengths(tiny_model_dir):
+    """Texts of one token length, split by chunk boundaries: each row still belongs to its own text."""
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    texts = list(dict.fromkeys(TINY_WORDS))[:70]
+    one = Embedder(resolved, device="cpu", chunk_texts=0).embed(texts)
+    assert len(set(one.n_tokens.tolist())) == 1  # every text has the same length
+    emb = Embedder(resolved, device="cpu", batch_tokens=24, chunk_texts=16)  # 2, 4, 8, 16, 16, ... texts
+    emb._queue_ahead = True
+    calls: list[int] = []
+    res = emb.embed(texts, progress=calls.append)
+    _assert_same_items(res, one)
+    _check_progress(calls, len(texts), emb.last_stats)
+    assert len(set(np.round(res.norms, 6))) == len(texts)  # distinct texts, distinct vectors: no row swapped
+    alone = [emb.embed([texts[i]]).vectors[0] for i in (1, 2, 3, 14, 15, 30, 69)]
+    np.testing.assert_allclose(alone, res.vectors[[1, 2, 3, 14, 15, 30, 69]], rtol=1e-5, atol=1e-6)
+
+
+def test_tokenizer_error_in_a_later_chunk_is_raised(tiny_model_dir):
+    """An error on the helper thread surfaces in embed(); the thread ends and the embedder stays usable."""
+    import threading
+
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    emb = Embedder(resolved, device="cpu", chunk_texts=8)
+    tokenize, seen = emb._tokenize, []
+
+    def failing(texts):
+        seen.append(len(texts))
+        if len(seen) == 3:
+            raise RuntimeError("tokenizer broke")
+        return tokenize(texts)
+
+    emb._tokenize = failing
+    with pytest.raises(RuntimeError, match="tokenizer broke"):
+        emb.embed(_texts(40))
+    assert not [t for t in threading.enumerate() if t.name.startswith("normaudit-tokenize")]
+    emb._tokenize = tokenize
+    _assert_same_items(emb.embed(["dog", "a cat"]), Embedder(resolved, device="cpu").embed(["dog", "a cat"]))
+
+
+def test_type_ids_are_passed_where_the_template_sets_them(tiny_hf_model_dir):
+    """Type ids are skipped only where every single text's are 0: a template giving the text type 1 is honoured.
+
+    (transformers rebuilds a BERT tokenizer's template on loading, so the template is set on the embedder's
+    own tokenizer copy, the one it tokenizes with.)
+    """
+    import torch
+    from tokenizers import processors
+
+    resolved = resolve_model(get_spec(str(tiny_hf_model_dir)))
+    plain = Embedder(resolved, device="cpu", chunk_texts=16)
+    typed = Embedder(resolved, device="cpu", chunk_texts=16)
+    cls, sep = typed._backend.token_to_id("[CLS]"), typed._backend.token_to_id("[SEP]")
+    typed._backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A:1 [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    typed._types_needed = typed._with_types and not typed._single_text_types_are_zero()
+    assert not plain._types_needed and typed._types_needed
+    texts = _texts(seed=7)
+    res = typed.embed(texts)
+    manual = []
+    with torch.no_grad():
+        for enc in typed._backend.encode_batch(texts):
+            assert set(enc.type_ids[1:-1]) <= {1} and enc.type_ids[0] == enc.type_ids[-1] == 0
+            hidden = typed.model(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]))
+            manual.append(hidden.last_hidden_state[0].double().mean(0).numpy())
+    manual = np.array(manual)
+    np.testing.assert_allclose(res.vectors, manual, rtol=1e-5, atol=1e-5 * np.abs(manual).max())
+    assert np.abs(res.vectors - plain.embed(texts).vectors).max() > 1e-3  # the type ids mattered
+
+
+def test_chunk_bounds_cover_the_input():
+    from pipeline.batching import chunk_bounds
+
+    assert chunk_bounds(10, 0) == chunk_bounds(10, 10) == chunk_bounds(10, 64) == [(0, 10)]
+    assert chunk_bounds(100, 16) == [(0, 2), (2, 6), (6, 14), (14, 30), (30, 46), (46, 62), (62, 78), (78, 94),
+                                     (94, 100)]
+    for n, c in ((1000, 7), (33000, 32768), (5, 1)):
+        bounds = chunk_bounds(n, c)
+        assert bounds[0][0] == 0 and bounds[-1][1] == n
+        assert all(a < b and b == a2 for (a, b), (a2, _) in zip(bounds, bounds[1:] + [(n, n)], strict=True))
+        assert max(b - a for a, b in bounds) <= c
+
+
+def test_pack_batches_equals_a_loop_per_text():
+    """The vectorized packing against the obvious per-text loop, with a non-zero pad id and type ids."""
+    from pipeline.batching import Tokens, pack_batches, plan_batches
+
+    rng = np.random.default_rng(0)
+    lists = [rng.integers(5, 99, size=k).tolist() for k in rng.integers(0, 20, size=200)]
+    types = [rng.integers(0, 2, size=len(x)).tolist() for x in lists]
+    tokens = Tokens.from_lists(lists, types)
+    batches = plan_batches(tokens.lengths, batch_tokens=50, max_batch_size=9)
+    packed = pack_batches(tokens, batches, pad_id=3, with_types=True)
+    col = 0
+    for batch, (size, width), real in zip(batches, packed.shapes, packed.real, strict=True):
+        assert size == len(batch) and width == max(1, max(len(lists[i]) for i in batch))
+        assert real == sum(len(lists[i]) for i in batch)
+        ids, mask, tt = packed.arrays[:, col : col + size * width].reshape(3, size, width)
+        for row, i in enumerate(batch):
+            k = len(lists[i])
+            assert ids[row].tolist() == lists[i] + [3] * (width - k)
+            assert mask[row].tolist() == [1] * k + [0] * (width - k)
+            assert tt[row].tolist() == types[i] + [0] * (width - k)
+        col += size * width
+    assert col == packed.arrays.shape[1]
+    np.testing.assert_array_equal(packed.rows, np.concatenate(batches))
+
+
 def test_get_embedder_caches(tiny_model_dir):
     resolved = resolve_model(get_spec(str(tiny_model_dir)))
     assert get_embedder(resolved, device="cpu") is get_embedder(resolved, device="cpu")

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.embed import GPU_BATCH_TOKENS, Embedder, get_embedder, pick_device
+from pipeline.embed import GPU_BATCH_TOKENS, GPU_CHUNK_TEXTS, Embedder, get_embedder, pick_device
 from pipeline.models import REGISTRY, ResolvedModel, get_spec, resolve_model
 from pipeline.testing import TINY_WORDS, build_random_like
 
@@ -129,7 +129,7 @@ def test_embedder_loads_onto_cuda_with_gpu_defaults(case):
     _, resolved, texts = case
     emb = get_embedder(resolved, device="auto")
     assert emb.device == "cuda"
-    assert emb.batch_tokens == GPU_BATCH_TOKENS
+    assert emb.batch_tokens == GPU_BATCH_TOKENS and emb.chunk_texts == GPU_CHUNK_TEXTS
     params = list(emb.model.parameters())
     assert {p.device.type for p in params} == {"cuda"}
     assert {p.dtype for p in params} == {torch.float32}
@@ -183,6 +183,45 @@ def test_batching_padding_and_order_do_not_change_results_on_cuda(case, record_p
     assert all(a.n_tokens[0] == lengths[i] for a, i in zip(alone, picks, strict=True))
     stacked = _stack(alone)
     _assert_close(name, "alone-vs-batched", stacked, _take(base, picks), record_property)
+
+
+@gpu
+def test_chunks_and_queued_batches_on_cuda(case, record_property):
+    """Many small chunks on cuda (each tokenized on the helper thread while the one before runs, sent in one
+    pinned copy, its batches queued without a sync, read back in one copy) give each text its one-chunk and its
+    cpu result; progress rises by each batch's size to the number of texts."""
+    name, resolved, texts = case
+    emb = Embedder(resolved, device="cuda", batch_tokens=512, max_batch_size=16, chunk_texts=16)
+    one = Embedder(resolved, device="cuda", batch_tokens=512, max_batch_size=16, chunk_texts=0).embed(texts)
+    on_cpu = get_embedder(resolved, device="cpu").embed(texts)
+    calls: list[int] = []
+    res = emb.embed(texts, progress=calls.append)
+    stats = emb.last_stats
+    np.testing.assert_array_equal(res.n_tokens, on_cpu.n_tokens)
+    np.testing.assert_array_equal(res.truncated, on_cpu.truncated)
+    assert calls[-1] == len(texts) and np.diff([0, *calls]).tolist() == [s for s, _ in stats.batch_shapes]
+    assert stats.real_tokens == res.n_tokens.sum() and stats.padded_tokens == sum(s * w for s, w in stats.batch_shapes)
+    _assert_close(name, "chunked-vs-one-chunk-on-cuda", res, one, record_property)
+    _assert_close(name, "chunked-cuda-vs-cpu", res, on_cpu, record_property)
+    _assert_close(name, "chunked-again-on-cuda", emb.embed(texts), res, record_property)  # buffers reused
+
+
+@gpu
+def test_default_chunks_on_cuda_match_cpu(tiny_model_dir, record_property):
+    """Past GPU_CHUNK_TEXTS texts, the default GPU path runs growing chunks (4,096, 8,192, ...) back to back."""
+    from pipeline.batching import chunk_bounds
+
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    texts = _texts(GPU_CHUNK_TEXTS + 7000, 40, seed=9)
+    assert len(chunk_bounds(len(texts), GPU_CHUNK_TEXTS)) >= 4
+    emb = get_embedder(resolved, device="cuda")
+    calls: list[int] = []
+    on_gpu = emb.embed(texts, progress=calls.append)
+    on_cpu = get_embedder(resolved, device="cpu").embed(texts)
+    assert calls[-1] == len(texts) and len(calls) == emb.last_stats.batches
+    np.testing.assert_array_equal(on_gpu.n_tokens, on_cpu.n_tokens)
+    np.testing.assert_array_equal(on_gpu.truncated, on_cpu.truncated)
+    _assert_close("tiny", "default-chunks-cuda-vs-cpu", on_gpu, on_cpu, record_property)
 
 
 @gpu
