@@ -133,16 +133,7 @@ def build_tiny_model(
         torch.manual_seed(seed)
         model = BertModel(config)
     model.eval()
-    from transformers.utils import logging as hf_logging
-
-    # A one-shard progress bar is noise in test output; restore the caller's setting afterwards.
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(out, safe_serialization=True)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
+    _save_quietly(model, out)
     tokenizer.save_pretrained(out)
     if kind == "sentence-transformers":
         _write_json(
@@ -198,13 +189,19 @@ def build_random_like(src_dir, out_dir, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModel.from_config(config).to(torch.float32).eval()
+    _save_quietly(model, model_dir)
+    return out
+
+
+def _save_quietly(model, path: Path) -> None:
+    """``model.save_pretrained(path)`` as safetensors, without transformers' progress bar."""
     from transformers.utils import logging as hf_logging
 
+    # A one-shard progress bar is noise in test output; restore the caller's setting afterwards.
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        model.save_pretrained(model_dir, safe_serialization=True)
+        model.save_pretrained(path, safe_serialization=True)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    return out
