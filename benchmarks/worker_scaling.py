@@ -22,23 +22,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bf16_matmul_rate(device: str) -> float:
-    """Dense bf16 matmul FLOP/s on ``device`` (best of 5, 8192^2)."""
-    import torch
-
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    best = float("inf")
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(10):
-            a @ b
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / 10)
-    return 2 * 8192**3 / best
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20000)
@@ -66,7 +49,10 @@ def main() -> None:
         print(f"workers={n_workers}: {items} items, embedding phase {summary.timings['embed_flow_total']:.1f} s "
               f"= {rate:.0f} items/s (x{rate / base:.2f} vs 1 worker); whole audit {wall:.1f} s")
     if args.device == "cuda":
-        print(f"GPU bf16 dense matmul rate: {bf16_matmul_rate('cuda') / 1e12:.0f} TFLOP/s "
+        import torch
+        from embed_throughput import cuda_matmul_rate  # this folder is on sys.path when run as a script
+
+        print(f"GPU bf16 dense matmul rate: {cuda_matmul_rate(torch.bfloat16) / 1e12:.0f} TFLOP/s "
               "(compare with the model FLOP/s from benchmarks/embed_throughput.py --device cuda)")
 
 
