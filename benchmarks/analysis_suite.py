@@ -14,9 +14,11 @@ million items are 10^10 row-operations, beyond this machine for either implement
 1,000 replicates are for probe sets of thousands to tens of thousands of items.
 
     python benchmarks/analysis_suite.py [--items 10000000] [--resamples 3] [--duckdb-memory 10GB]
+                                        [--plain-connection]
 
-DuckDB runs with its default memory limit (80% of RAM), as the audit's catalog does, unless
-``--duckdb-memory`` sets one.
+DuckDB runs on a connection made as the audit's catalog makes it (``pipeline.catalog.connect``: the
+default memory limit, 80% of RAM, and freed buffer memory kept until the connection closes) unless
+``--duckdb-memory`` sets a limit or ``--plain-connection`` asks for a plain ``duckdb.connect()``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pyarrow as pa
 from scipy import stats
 
 from pipeline.analysis import run_query
+from pipeline.catalog import connect
 
 SUITE = [
     "norm_vs_property",
@@ -335,6 +338,8 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=3)
     parser.add_argument("--duckdb-memory", default=None,
                         help="DuckDB memory_limit (it spills beyond); default: DuckDB's, as in the audit")
+    parser.add_argument("--plain-connection", action="store_true",
+                        help="a plain duckdb.connect() instead of the catalog's connection (pipeline.catalog.connect)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     tables = build(args.items)
@@ -343,7 +348,7 @@ def main() -> None:
         f"{tables['probe_relations'].num_rows:,} hypernym pairs in {time.perf_counter() - t0:.1f} s"
     )
 
-    con = duckdb.connect()
+    con = duckdb.connect() if args.plain_connection else connect()
     if args.duckdb_memory:
         con.execute(f"set memory_limit = '{args.duckdb_memory}'")  # a setting, not a query parameter
     for name, table in tables.items():
@@ -353,8 +358,11 @@ def main() -> None:
     # each side runs with only its own copy of the rows in memory: the other's would crowd it
     del tables
     gc.collect()
-    threads, limit = con.execute("select current_setting('threads'), current_setting('memory_limit')").fetchone()
-    print(f"DuckDB {duckdb.__version__}, {threads} threads, memory limit {limit}; pandas {pd.__version__} (one thread)")
+    threads, limit, kept = con.execute(
+        "select current_setting('threads'), current_setting('memory_limit'), current_setting('block_allocator_memory')"
+    ).fetchone()
+    print(f"DuckDB {duckdb.__version__}, {threads} threads, memory limit {limit}, freed memory kept up to {kept}; "
+          f"pandas {pd.__version__} (one thread)")
 
     reset_peak()
     sql, sql_times = {}, {}

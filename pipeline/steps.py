@@ -168,11 +168,14 @@ def run_analyses(settings: Settings, model: str, release: str, run_id: str) -> p
     store = open_store(settings)
     con = open_catalog(store)
     frames = []
-    for name in AUDIT_ANALYSES:
-        res = run_analysis(con, name, model, release, run_id)
-        if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
-            write_results(store, run_id, name, res)
-            frames.append(res)
+    try:
+        for name in AUDIT_ANALYSES:
+            res = run_analysis(con, name, model, release, run_id)
+            if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
+                write_results(store, run_id, name, res)
+                frames.append(res)
+    finally:
+        con.close()  # the catalog keeps the memory it freed until it closes (pipeline.catalog.connect)
     return pl.concat(frames) if frames else pl.DataFrame()
 
 

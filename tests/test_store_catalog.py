@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.catalog import ReadOnlyError, check_read_only, open_catalog, run_read_only
+from pipeline.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
 from pipeline.names import check_name
 from pipeline.parts import embeddings_table, stage_part
 from pipeline.shards import split_shards
@@ -36,6 +36,25 @@ def test_committed_parts_visible_with_fixed_size_vectors(tmp_path):
     # polars reads the same part as a fixed-size Array
     part = store.path(store.embeddings_dir("m", "r", "words"), m.parts[0].file)
     assert isinstance(pl.read_parquet(part).schema["vector"], pl.Array)
+
+
+def test_catalog_connection_keeps_freed_memory_up_to_its_limit(tmp_path):
+    # the analyses' speed at millions of items depends on it (benchmarks/analysis_suite.py); a plain
+    # connection keeps none
+    def setting(con, name):
+        return con.execute(f"select value from duckdb_settings() where name = '{name}'").fetchone()[0]
+
+    def gib(text):  # DuckDB reports sizes as "18.7 GiB", "512.0 MiB", "0 bytes"
+        number, unit = text.split()
+        return float(number) * {"bytes": 2**-30, "KiB": 2**-20, "MiB": 2**-10, "GiB": 1, "TiB": 2**10}[unit]
+
+    assert gib(setting(duckdb.connect(), "block_allocator_memory")) == 0
+    for con in (connect(), open_catalog(Store(str(tmp_path / "root")))):
+        kept, limit = gib(setting(con, "block_allocator_memory")), gib(setting(con, "memory_limit"))
+        # the limit, up to DuckDB's rounding of what it reports (18.8 GiB set reads back as 18.7 GiB)
+        assert limit > 0 and abs(kept - limit) <= 0.01 * limit
+        assert con.execute("select sum(range) from range(1000000)").fetchone()[0] == 499999500000
+        con.close()
 
 
 def test_staged_part_is_invisible(tmp_path):
