@@ -14,6 +14,8 @@
 -- sort of all replicates on the staged dense rank of norm, an integer); each member row of a sample then
 -- meets its item's weight and norm rank in one integer join. A property with few distinct values is summed
 -- per value (the value's weight gives its rank, as n_tokens and zipf); one with many is sorted per replicate.
+-- A sorted rank is the running weight through its tie group less half the group's weight beyond one: the
+-- group's weight is summed apart, and only for the items the staging marks as tied (norm_tied, value_count).
 -- params:  $model, $release, $resamples (e.g. 1000), $seed (0 <= seed < 2^32)
 -- columns: model, release, probe_set, property, statistic, ci_low, ci_high, n_resamples
 with
@@ -74,14 +76,14 @@ sample_members as not materialized (
     select
         s.sample_id, s.item_set_id, s.represents_set, s.few_values,
         if(s.zipf_only, s.mean_value_with_zipf, s.mean_value) as mean_value,
-        v.pos, v.norm, v.n_tokens, v.value, v.zipf, v.d_norm, v.d_value
+        v.pos, v.norm, v.n_tokens, v.value, v.zipf, v.d_norm, v.norm_tied, v.d_value, v.value_count
     from stg_analysis_values as v
     inner join samples as s using (group_key)
     where not s.zipf_only or v.zipf is not null
 ),
 
 item_set_members as not materialized (
-    select item_set_id, pos, norm, n_tokens, zipf, d_norm from sample_members where represents_set
+    select item_set_id, pos, norm, n_tokens, zipf, d_norm, norm_tied from sample_members where represents_set
 ),
 
 replicate_keys as (
@@ -96,13 +98,24 @@ replicate_keys as (
     from range($resamples) as t(b)
 ),
 
--- every item of an item set in every replicate, its weight hashed from (replicate key, pos) in place (the
--- hash of each step is its own CTE: a select-list expression naming another alias of the same list is
--- inlined, and would be evaluated once per reference)
+-- the rows whose replicate weights are hashed: every item of an item set (its ranks come from them), and the
+-- member rows of a many-valued sample whose value another member shares (the weight of their tie group)
+weighed as not materialized (
+    select false as value_tie, item_set_id as unit_id, pos, n_tokens, zipf, d_norm, norm_tied, null::integer as d_value
+    from item_set_members
+    union all
+    select true, sample_id, pos, null, null, null, null, d_value
+    from sample_members
+    where not few_values and value_count > 1
+),
+
+-- every such row in every replicate, its weight hashed from (replicate key, pos) in place (the hash of each
+-- step is its own CTE: a select-list expression naming another alias of the same list is inlined, and would
+-- be evaluated once per reference)
 mix_0 as not materialized (
-    select i.item_set_id * $resamples + r.b as item_rep, i.pos, i.n_tokens, i.zipf, i.d_norm,
-        xor(r.key, (i.pos & 4294967295)::ubigint) as h
-    from item_set_members as i cross join replicate_keys as r
+    select i.value_tie, i.unit_id * $resamples + r.b as unit_rep, i.pos, i.n_tokens, i.zipf, i.d_norm,
+        i.norm_tied, i.d_value, xor(r.key, (i.pos & 4294967295)::ubigint) as h
+    from weighed as i cross join replicate_keys as r
 ),
 mix_1 as not materialized (select * replace (xor(h, h >> 16) as h) from mix_0),
 mix_2 as not materialized (select * replace ((h * 2146121005) & 4294967295 as h) from mix_1),
@@ -110,7 +123,7 @@ mix_3 as not materialized (select * replace (xor(h, h >> 15) as h) from mix_2),
 mix_4 as not materialized (select * replace ((h * 2221713035) & 4294967295 as h) from mix_3),
 mix_5 as not materialized (select * replace (xor(h, h >> 16) as h) from mix_4),
 
-item_rows as not materialized (
+weights as not materialized (
     select * exclude (h), w
     from (
         select *,
@@ -120,6 +133,20 @@ item_rows as not materialized (
         from mix_5
     )
     where w > 0
+),
+
+item_rows as not materialized (
+    select unit_rep as item_rep, pos, n_tokens, zipf, d_norm, norm_tied, w from weights where not value_tie
+),
+
+-- the weight of each group of tied norms in a replicate, over the items that have a tie in their probe set
+norm_tie_weights as (
+    select item_rep, d_norm, sum(w) as weight from item_rows where norm_tied group by all
+),
+
+-- the weight of each group of tied values of a many-valued sample in a replicate
+value_tie_weights as (
+    select unit_rep as sample_rep, d_value, sum(w) as weight from weights where value_tie group by all
 ),
 
 -- weight of each (n_tokens, zipf) combination per replicate: sizes, offsets and the counted ranks come from it
@@ -161,28 +188,28 @@ zipf_ranks as (
     )
 ),
 
--- norm's weighted average rank = (weight before the tie group + weight through it + 1) / 2: one sort of all
--- replicates on the integer key (item_rep, dense norm rank); the running sums run across replicates, and
+-- norm's weighted average rank = weight through the tie group - (the group's weight - 1) / 2: one sort of all
+-- replicates on the integer key (item_rep, dense norm rank); the running sum runs across replicates, and
 -- each replicate's offset (the weight of the replicates before it) is taken off. Only what the sort needs is
 -- carried through it. Ranks are centred on their exact mean mid = (size + 1) / 2, so weighted sums of
 -- products are central moments; n_tokens and zipf get their counted ranks here too
 item_ranks as materialized (
     select
         (r.item_rep // $resamples) * 4294967296 + r.pos as item_pos, r.item_rep % $resamples as b, r.w,
-        (r.through + coalesce(r.before, 0) + 1) / 2.0 - s.offset_ - (s.size + 1) / 2.0 as r_norm,
+        r.through - (coalesce(g.weight, r.w) - 1) / 2.0 - s.offset_ - (s.size + 1) / 2.0 as r_norm,
         t.r - (s.size + 1) / 2.0 as r_tokens,
         z.r - (s.size + 1) / 2.0 as r_zipf,
         (s.size + 1) / 2.0 as mid
     from (
         select
-            item_rep, pos, w, n_tokens, zipf,
-            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row) as through,
-            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row exclude group) as before
+            item_rep, pos, w, n_tokens, zipf, d_norm,
+            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row) as through
         from item_rows
     ) as r
     inner join replicate_sizes as s using (item_rep)
     inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
     left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
+    left join norm_tie_weights as g on g.item_rep = r.item_rep and g.d_norm = r.d_norm
 ),
 
 member_info as not materialized (
@@ -255,16 +282,16 @@ many_offsets as (
 many_rows as (
     select
         p.w, p.r_norm, p.r_tokens, p.r_zipf, p.x_log_norm, p.x_value, p.sample_rep,
-        (p.through + coalesce(p.before, 0) + 1) / 2.0 - o.offset_ - p.mid as r_value
+        p.through - (coalesce(g.weight, p.w) - 1) / 2.0 - o.offset_ - p.mid as r_value
     from (
         select
             *,
-            sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row) as through,
-            sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row exclude group) as before
+            sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row) as through
         from paired
         where not few_values
     ) as p
     inner join many_offsets as o using (sample_rep)
+    left join value_tie_weights as g on g.sample_rep = p.sample_rep and g.d_value = p.d_value
 ),
 
 many_moments as (

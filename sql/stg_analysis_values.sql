@@ -15,6 +15,8 @@
 --              zipf
 --   d_norm     dense rank of norm among the probe set's embedded items, from 0: ties share it, and it orders
 --              any subset of them as norm does (the bootstrap sorts on it, an integer)
+--   norm_tied  whether another embedded item of the probe set has the same norm (the bootstrap weighs tie
+--              groups only where there are some)
 --   value_start, value_count   the value's rows among the group's rows in value order: they hold 0-based
 --              positions value_start .. value_start + value_count - 1, so the value's average rank is
 --              value_start + (value_count + 1) / 2
@@ -23,8 +25,8 @@
 -- rounded scores) and by sorting where it has many; the choice only changes the cost.
 -- params:  $model, $release
 -- Positions and counts are 32-bit integers: the table is the largest thing an audit holds in memory.
--- columns: group_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, r_tokens, r_zipf, value_start,
---          value_count, d_value
+-- columns: group_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, norm_tied, r_tokens, r_zipf,
+--          value_start, value_count, d_value
 with
 
 zipf as (
@@ -36,7 +38,9 @@ embeddings_in_scope as (
         e.probe_set, e.item_id, e.norm, e.n_tokens, z.zipf,
         row_number() over (partition by e.probe_set order by e.item_id) - 1 as pos,
         (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
-        dense_rank() over w_norm - 1 as d_norm
+        dense_rank() over w_norm - 1 as d_norm,
+        -- rows through the item's tie group, less the rows before it: the tie group's size
+        count(*) over w_norm > rank() over w_norm as norm_tied
     from embeddings as e
     left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
     where e.model = $model and e.release = $release
@@ -88,6 +92,7 @@ joined as materialized (
         e.zipf,
         e.r_norm,
         e.d_norm::integer as d_norm,
+        e.norm_tied,
         t.r as r_tokens,
         z.r as r_zipf
     from embeddings_in_scope as e

@@ -111,4 +111,8 @@ def test_staged_ranks_match_scipy(synthetic_store):
         np.testing.assert_array_equal(rows["d_value"].to_numpy(), stats.rankdata(values, method="dense") - 1)
         np.testing.assert_allclose(rows["r_norm"].to_numpy(), stats.rankdata(norms), atol=1e-12)
         np.testing.assert_array_equal(rows["d_norm"].to_numpy(), stats.rankdata(norms, method="dense") - 1)
+        # the six tied norms, and no other item, are marked as tied
+        _, first, counts = np.unique(norms, return_inverse=True, return_counts=True)
+        np.testing.assert_array_equal(rows["norm_tied"].to_numpy(), counts[first] > 1)
+        assert rows["norm_tied"].sum() == 6
 
