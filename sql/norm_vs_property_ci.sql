@@ -285,7 +285,7 @@ many_rows as (
         p.through - (coalesce(g.weight, p.w) - 1) / 2.0 - o.offset_ - p.mid as r_value
     from (
         select
-            *,
+            sample_rep, d_value, w, r_norm, r_tokens, r_zipf, x_log_norm, x_value, mid,
             sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row) as through
         from paired
         where not few_values
