@@ -149,19 +149,9 @@ value_tie_weights as (
     select unit_rep as sample_rep, d_value, sum(w) as weight from weights where value_tie group by all
 ),
 
--- the weight through each item's tie group of norm: one sort of all replicates on the integer key (item_rep,
--- dense norm rank), the running sum across replicates (each replicate's offset is taken off below). Only what
--- the sort needs is carried through it; kept, as the replicates' sizes and counted ranks are summed from it
-item_windowed as materialized (
-    select
-        item_rep, pos, w, n_tokens, zipf, d_norm,
-        sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row) as through
-    from item_rows
-),
-
 -- weight of each (n_tokens, zipf) combination per replicate: sizes, offsets and the counted ranks come from it
 cells as (
-    select item_rep, n_tokens, zipf, sum(w) as weight from item_windowed group by all
+    select item_rep, n_tokens, zipf, sum(w) as weight from item_rows group by all
 ),
 
 replicate_sizes as (
@@ -198,10 +188,11 @@ zipf_ranks as (
     )
 ),
 
--- norm's weighted average rank = weight through the tie group - (the group's weight - 1) / 2 - the
--- replicate's offset (the weight of the replicates before it in the sort). Ranks are centred on their exact
--- mean mid = (size + 1) / 2, so weighted sums of products are central moments; n_tokens and zipf get their
--- counted ranks here too
+-- norm's weighted average rank = weight through the tie group - (the group's weight - 1) / 2: one sort of all
+-- replicates on the integer key (item_rep, dense norm rank); the running sum runs across replicates, and
+-- each replicate's offset (the weight of the replicates before it) is taken off. Only what the sort needs is
+-- carried through it. Ranks are centred on their exact mean mid = (size + 1) / 2, so weighted sums of
+-- products are central moments; n_tokens and zipf get their counted ranks here too
 item_ranks as materialized (
     select
         (r.item_rep // $resamples) * 4294967296 + r.pos as item_pos, r.item_rep % $resamples as b, r.w,
@@ -209,7 +200,12 @@ item_ranks as materialized (
         t.r - (s.size + 1) / 2.0 as r_tokens,
         z.r - (s.size + 1) / 2.0 as r_zipf,
         (s.size + 1) / 2.0 as mid
-    from item_windowed as r
+    from (
+        select
+            item_rep, pos, w, n_tokens, zipf, d_norm,
+            sum(w) over (order by item_rep * 4294967296 + d_norm range between unbounded preceding and current row) as through
+        from item_rows
+    ) as r
     inner join replicate_sizes as s using (item_rep)
     inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
     left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
