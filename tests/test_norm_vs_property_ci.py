@@ -10,6 +10,7 @@ those random numbers behave like Poisson(1) draws, and that the intervals are of
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from scipy import stats
 
@@ -186,3 +187,46 @@ def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
             assert row["ci_high"] == pytest.approx(high, abs=1e-9), (name, prop, statistic)
             assert row["n_resamples"] == n_defined
 
+
+
+# the reference also computes zipf's partial correlation given zipf (undefined, and not compared)
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_intervals_when_zipf_itself_has_few_values(tmp_path):
+    """zipf itself with few distinct values (summed per value, where the tests above sort it): over a whole
+    probe set, and over a probe set where one item lacks it, beside a few- and a many-valued property."""
+    resamples, seed, n = 200, 5, 200
+    rng = np.random.default_rng(21)
+    zipf = np.round(rng.uniform(1, 7, n) * 2) / 2  # 13 values: few
+    depth = rng.integers(0, 6, n).astype(float)  # few values
+    score = rng.normal(size=n)  # many values
+    n_tokens = 1 + rng.integers(0, 3, n)
+    norms = 1.0 + 0.05 * zipf + 0.02 * depth + 0.03 * score + rng.normal(0, 0.05, n)
+    store = Store(str(tmp_path / "root"))
+    weights = poisson_weights(seed, resamples, n)
+    for name in ("all", "one_missing"):
+        ps = word_probe_set(name, n, {"zipf": zipf, "min_depth": depth, "score": score})
+        if name == "one_missing":
+            ps.properties = ps.properties.filter(
+                ~((pl.col("item_id") == "w00017") & (pl.col("property") == "zipf"))
+            )
+        store_synthetic(store, "m", "r1", ps, norms, n_tokens=n_tokens)
+    res = run_query(open_catalog(store), "norm_vs_property_ci", model="m", release="r1",
+                    resamples=resamples, seed=seed)
+    got = {(r["probe_set"], r["property"], r["statistic"]): r for r in res.iter_rows(named=True)}
+    # zipf's own intervals: over all items, and over the items with a zipf (the item at position 17 left out)
+    for name, keep in (("all", np.ones(n, bool)), ("one_missing", np.arange(n) != 17)):
+        expected = bootstrap_ci(weights[:, keep], norms[keep], zipf[keep], zipf[keep], n_tokens[keep])
+        for statistic in ("spearman", "pearson_log_norm", "partial_spearman_n_tokens"):
+            low, high, n_defined = expected[statistic]
+            row = got[(name, "zipf", statistic)]
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (name, statistic)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (name, statistic)
+            assert row["n_resamples"] == n_defined
+        assert (name, "zipf", "partial_spearman_zipf") not in got
+    # the other properties of the full set, beside it
+    for prop, values in (("min_depth", depth), ("score", score)):
+        expected = bootstrap_ci(weights, norms, values, zipf, n_tokens)
+        for statistic, (low, high, _) in expected.items():
+            row = got[("all", prop, statistic)]
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (prop, statistic)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (prop, statistic)
