@@ -195,11 +195,10 @@ zipf_ranks as (
 -- products are central moments; n_tokens and zipf get their counted ranks here too
 item_ranks as materialized (
     select
-        (r.item_rep // $resamples) * 4294967296 + r.pos as item_pos, r.item_rep % $resamples as b, r.w,
+        (r.item_rep // $resamples) * 4294967296 + r.pos as item_pos, (r.item_rep % $resamples)::integer as b, r.w,
         r.through - (coalesce(g.weight, r.w) - 1) / 2.0 - s.offset_ - (s.size + 1) / 2.0 as r_norm,
         t.r - (s.size + 1) / 2.0 as r_tokens,
-        z.r - (s.size + 1) / 2.0 as r_zipf,
-        (s.size + 1) / 2.0 as mid
+        z.r - (s.size + 1) / 2.0 as r_zipf
     from (
         select
             item_rep, pos, w, n_tokens, zipf, d_norm,
@@ -210,6 +209,15 @@ item_ranks as materialized (
     inner join token_ranks as t on t.item_rep = r.item_rep and t.n_tokens = r.n_tokens
     left join zipf_ranks as z on z.item_rep = r.item_rep and z.zipf = r.zipf
     left join norm_tie_weights as g on g.item_rep = r.item_rep and g.d_norm = r.d_norm
+),
+
+-- each (sample, replicate): its resample's size (its item set's) and the centre of its ranks
+sample_sizes as (
+    select
+        s.sample_id * $resamples + r.item_rep % $resamples as sample_rep, s.few_values, r.size,
+        (r.size + 1) / 2.0 as mid
+    from samples as s
+    inner join replicate_sizes as r on r.item_rep // $resamples = s.item_set_id
 ),
 
 member_info as not materialized (
@@ -225,7 +233,7 @@ member_info as not materialized (
 paired as not materialized (
     select
         m.sample_id * $resamples + i.b as sample_rep, m.few_values, m.value, m.d_value, m.x_value, m.x_log_norm,
-        i.w, i.r_norm, i.r_tokens, i.r_zipf, i.mid
+        i.w, i.r_norm, i.r_tokens, i.r_zipf
     from member_info as m
     inner join item_ranks as i using (item_pos)
 ),
@@ -235,7 +243,6 @@ paired as not materialized (
 value_cells as (
     select
         sample_rep, value,
-        any_value(mid) as mid,
         sum(w) as sw, sum(w * r_norm) as sn, sum(w * r_tokens) as st, sum(w * r_zipf) as sz,
         sum(w * r_norm * r_norm) as snn, sum(w * r_norm * r_tokens) as snt,
         sum(w * r_tokens * r_tokens) as stt, sum(w * r_norm * r_zipf) as snz,
@@ -255,10 +262,11 @@ few_moments as (
         sum(snz) as snz, sum(sz * r_value) as svz, sum(szz) as szz,
         sum(sw) as sw, sum(sl) as sl, sum(sx) as sx, sum(sll) as sll, sum(sxx) as sxx, sum(slx) as slx
     from (
-        select *,
-            sum(sw) over (partition by sample_rep order by value rows between unbounded preceding and current row)
-                - (sw - 1) / 2.0 - mid as r_value
-        from value_cells
+        select c.*,
+            sum(c.sw) over (partition by c.sample_rep order by c.value rows between unbounded preceding and current row)
+                - (c.sw - 1) / 2.0 - z.mid as r_value
+        from value_cells as c
+        inner join sample_sizes as z using (sample_rep)
     )
     group by sample_rep
 ),
@@ -269,23 +277,19 @@ few_moments as (
 -- replicates' sizes give each (sample, replicate)'s offset in one sort of them all
 many_offsets as (
     select
-        sample_rep,
+        sample_rep, mid,
         coalesce(sum(size) over (order by sample_rep rows between unbounded preceding and 1 preceding), 0) as offset_
-    from (
-        select s.sample_id * $resamples + r.item_rep % $resamples as sample_rep, r.size
-        from samples as s
-        inner join replicate_sizes as r on r.item_rep // $resamples = s.item_set_id
-        where not s.few_values
-    )
+    from sample_sizes
+    where not few_values
 ),
 
 many_rows as (
     select
         p.w, p.r_norm, p.r_tokens, p.r_zipf, p.x_log_norm, p.x_value, p.sample_rep,
-        p.through - (coalesce(g.weight, p.w) - 1) / 2.0 - o.offset_ - p.mid as r_value
+        p.through - (coalesce(g.weight, p.w) - 1) / 2.0 - o.offset_ - o.mid as r_value
     from (
         select
-            sample_rep, d_value, w, r_norm, r_tokens, r_zipf, x_log_norm, x_value, mid,
+            sample_rep, d_value, w, r_norm, r_tokens, r_zipf, x_log_norm, x_value,
             sum(w) over (order by sample_rep * 4294967296 + d_value range between unbounded preceding and current row) as through
         from paired
         where not few_values
