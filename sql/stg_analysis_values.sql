@@ -39,7 +39,7 @@ embeddings_in_scope as (
         row_number() over (partition by e.probe_set order by e.item_id) - 1 as pos,
         (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
         dense_rank() over w_norm - 1 as d_norm,
-        -- rows through the item's tie group, less the rows before it: the tie group's size
+        -- tied where the rows through its tie group outnumber the rows up to the group's first (its rank)
         count(*) over w_norm > rank() over w_norm as norm_tied
     from embeddings as e
     left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
