@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,9 @@ AUDIT_ANALYSES = [
 # Staging queries, materialized once per connection and scope for every query that names them
 # (norm_vs_property, norm_vs_property_ci and norm_by_bin read stg_analysis_values and stg_analysis_groups).
 STAGING = ("stg_analysis_groups", "stg_analysis_values")
+# The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
+# resamples) in batches of replicates: see ensure_bootstrap_replicates.
+BOOTSTRAP = "stg_bootstrap_replicates"
 # Companion queries whose ci_low/ci_high are joined onto an analysis's rows
 # by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
@@ -33,6 +37,9 @@ DEFAULT_PARAMS = {
     "seed": 20240607,  # bootstrap seed: the same data and seed give the same intervals
     "n_bins": 10,  # norm_by_bin: deciles
     "zipf_tolerance": 0.25,  # hypernym_pairs: frequency-matched pairs differ by at most this much zipf
+    # bootstrap batches: at most this many (staged value row x replicate) pairs at once, about 6 GB at
+    # 10 M items with 3 properties (3 replicates a batch there; 1,000 at once below 100,000 value rows)
+    "bootstrap_batch_rows": 100_000_000,
 }
 _CI_KEYS = ["probe_set", "property", "statistic"]
 
@@ -79,28 +86,76 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     _record_staged(con, name, model, release)
 
 
-def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str] | None:
-    """The (model, release) this connection's temporary tables ``name`` were built for, if any."""
-    con.execute("create temp table if not exists staged_scopes (name varchar, model varchar, release varchar)")
-    rows = con.execute("select model, release from staged_scopes where name = $name", {"name": name}).fetchall()
-    return rows[0] if rows else None
+def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, release: str, resamples: int,
+                                seed: int, bootstrap_batch_rows: int = DEFAULT_PARAMS["bootstrap_batch_rows"],
+                                **_: object) -> None:
+    """Stage the bootstrap replicates of ``sql/stg_bootstrap_replicates.sql`` as a temporary table.
+
+    Once per connection and (model, release, seed, resamples), in batches of replicates: a batch holds at
+    most ``bootstrap_batch_rows`` (staged value row x replicate) pairs, so memory stays bounded however
+    many items and replicates there are. Replicate b's weights depend on (seed, b) alone: the statistics do
+    not depend on the batching.
+    """
+    resamples = _at_least_one("resamples", resamples, "1000")
+    bootstrap_batch_rows = _at_least_one("bootstrap_batch_rows", bootstrap_batch_rows, "100_000_000")
+    scope = f"seed={seed} resamples={resamples}"
+    if _staged_for(con, BOOTSTRAP) == (model, release, scope):
+        return
+    for table in STAGING:
+        ensure_staged(con, table, model, release)
+    value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
+    batch = max(1, min(resamples, bootstrap_batch_rows // max(value_rows, 1)))
+    sql = load_sql(BOOTSTRAP)
+    con.execute(f"drop table if exists {BOOTSTRAP}")
+    for first in range(0, resamples, batch):
+        params = {"seed": seed, "first_resample": first, "batch_resamples": min(batch, resamples - first)}
+        verb = f"create temp table {BOOTSTRAP} as" if first == 0 else f"insert into {BOOTSTRAP}"
+        con.execute(f"{verb} {sql}", _bind(sql, params))
+    _record_staged(con, BOOTSTRAP, model, release, scope)
 
 
-def _record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str) -> None:
+def _at_least_one(name: str, value: object, example: str) -> int:
+    try:
+        whole = operator.index(value)
+    except TypeError:
+        whole = 0
+    if isinstance(value, bool) or whole < 1:
+        raise ValueError(f"{name}={value!r}: give a whole number of at least 1 (e.g. {name}={example})")
+    return whole
+
+
+def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, ...] | None:
+    """What this connection's temporary tables ``name`` were built for, if any: (model, release), and the
+    scope's other parameters where it has some."""
+    con.execute("create temp table if not exists staged_scopes "
+                "(name varchar, model varchar, release varchar, detail varchar)")
+    rows = con.execute("select model, release, detail from staged_scopes where name = $name",
+                       {"name": name}).fetchall()
+    if not rows:
+        return None
+    model, release, detail = rows[0]
+    return (model, release) if detail is None else (model, release, detail)
+
+
+def _record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str,
+                   detail: str | None = None) -> None:
     con.execute("delete from staged_scopes where name = $name", {"name": name})
-    con.execute("insert into staged_scopes values ($name, $model, $release)",
-                {"name": name, "model": model, "release": release})
+    con.execute("insert into staged_scopes values ($name, $model, $release, $detail)",
+                {"name": name, "model": model, "release": release, "detail": detail})
 
 
 def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
     """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``).
 
-    A query reading a staging table (:data:`STAGING`) gets it built first for its ``model`` and ``release``.
+    A query reading a staging table (:data:`STAGING`) gets it built first for its ``model`` and ``release``;
+    one reading the bootstrap replicates (:data:`BOOTSTRAP`) gets them for its ``resamples`` and ``seed`` too.
     """
     sql = load_sql(name)
     for table in STAGING:
         if re.search(rf"\b{table}\b", sql):
             ensure_staged(con, table, params["model"], params["release"])
+    if re.search(rf"\b{BOOTSTRAP}\b", sql):
+        ensure_bootstrap_replicates(con, **params)
     return con.sql(sql, params=_bind(sql, params)).pl()
 
 

@@ -112,6 +112,59 @@ def test_intervals_equal_numpy_bootstrap_with_the_same_weights(stored):
             assert row["n_resamples"] == n_defined == resamples
 
 
+def test_batches_of_replicates_give_the_numpy_bootstrap(stored):
+    """Replicates staged a few at a time (a small bootstrap_batch_rows) give the same intervals as numpy,
+    and every replicate exactly once."""
+    store, norms, zipf, depth, n_tokens = stored
+    resamples, seed = 61, 31337
+    con = open_catalog(store)
+    value_rows = 2 * len(norms)  # two properties, every item has both
+    res = run_query(con, "norm_vs_property_ci", model="m", release="r1", resamples=resamples, seed=seed,
+                    bootstrap_batch_rows=7 * value_rows)  # batches of 7 replicates, the last of 5
+    got = {(r["property"], r["statistic"]): r for r in res.iter_rows(named=True)}
+    weights = poisson_weights(seed, resamples, len(norms))
+    for prop, values in (("min_depth", depth), ("zipf", zipf)):
+        for statistic, (low, high, n_defined) in bootstrap_ci(weights, norms, values, zipf, n_tokens).items():
+            if (prop, statistic) == ("zipf", "partial_spearman_zipf"):
+                continue
+            row = got[(prop, statistic)]
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (prop, statistic)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (prop, statistic)
+            assert row["n_resamples"] == n_defined == resamples
+    per_statistic = con.execute(
+        "select property, statistic, count(*), count(distinct b), min(b), max(b) "
+        "from stg_bootstrap_replicates group by all"
+    ).fetchall()
+    assert len(per_statistic) == len(got)
+    assert all(row[2:] == (resamples, resamples, 0, resamples - 1) for row in per_statistic)
+
+
+def test_replicates_are_restaged_for_another_seed_or_count(stored):
+    store, *_ = stored
+    con = open_catalog(store)
+
+    def spearman_ci(**params):
+        res = run_query(con, "norm_vs_property_ci", model="m", release="r1", **params)
+        row = res.filter((pl.col("property") == "min_depth") & (pl.col("statistic") == "spearman")).row(0, named=True)
+        return row["ci_low"], row["ci_high"], row["n_resamples"]
+
+    first = spearman_ci(resamples=200, seed=1)
+    assert spearman_ci(resamples=200, seed=2) != first
+    assert spearman_ci(resamples=100, seed=1)[2] == 100
+    assert spearman_ci(resamples=200, seed=1) == pytest.approx(first, abs=1e-12)
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"resamples": 0}, "resamples"),
+    ({"resamples": 2.5}, "resamples"),
+    ({"resamples": 100, "bootstrap_batch_rows": 0}, "bootstrap_batch_rows"),
+])
+def test_a_bootstrap_size_that_is_not_a_positive_whole_number_is_refused(stored, params, name):
+    store, *_ = stored
+    with pytest.raises(ValueError, match=rf"{name}=.*whole number of at least 1"):
+        run_query(open_catalog(store), "norm_vs_property_ci", model="m", release="r1", seed=1, **params)
+
+
 def test_intervals_are_seeded_and_sensible(stored):
     store, norms, zipf, depth, _ = stored
     a = _ci(store, resamples=1000, seed=1)
