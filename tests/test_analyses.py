@@ -188,3 +188,15 @@ def test_analyses_without_their_inputs_produce_no_rows(word_store):
     res = run_analysis(con, "norm_vs_property", "m", "r1", "run-1", resamples=200)
     assert res.height > 0 and res["ci_low"].is_not_null().all() and (res["ci_low"] <= res["ci_high"]).all()
     assert set(res["run_id"]) == {"run-1"} and set(res["analysis"]) == {"norm_vs_property"}
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_queries_leave_the_connections_row_order_setting_as_it_was(word_store, setting):
+    """run_query lets DuckDB reorder rows inside a query (each ends in ORDER BY) and restores the setting."""
+    store, *_ = word_store
+    con = open_catalog(store)
+    con.execute(f"set preserve_insertion_order = {setting}")
+    first = run_query(con, "norm_by_bin", model="m", release="r1", n_bins=10)
+    assert con.execute("select current_setting('preserve_insertion_order')").fetchone()[0] is setting
+    again = run_query(open_catalog(store), "norm_by_bin", model="m", release="r1", n_bins=10)
+    assert first.equals(again)
