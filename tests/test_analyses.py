@@ -192,7 +192,7 @@ def test_analyses_without_their_inputs_produce_no_rows(word_store):
 
 @pytest.mark.parametrize("setting", [True, False])
 def test_queries_leave_the_connections_row_order_setting_as_it_was(word_store, setting):
-    """run_query lets DuckDB reorder rows inside a query (each ends in ORDER BY) and restores the setting."""
+    """Staging lets DuckDB write rows in any order, and restores the connection's setting after."""
     store, *_ = word_store
     con = open_catalog(store)
     con.execute(f"set preserve_insertion_order = {setting}")
