@@ -11,7 +11,9 @@ and the peak resident memory of each side. Each side runs with only its own copy
 
 The bootstrap runs with ``--resamples`` replicates (default 3) on both sides: 1,000 replicates of 10
 million items are 10^10 row-operations, beyond this machine for either implementation; the audit's
-1,000 replicates are for probe sets of thousands to tens of thousands of items.
+1,000 replicates are for probe sets of thousands to tens of thousands of items. DuckDB stages the
+replicates in batches (``bootstrap_batch_rows``, as in an audit: three at a time here), so more of them
+cost time, not memory.
 
     python benchmarks/analysis_suite.py [--items 10000000] [--resamples 3] [--duckdb-memory 10GB]
                                         [--plain-connection]
