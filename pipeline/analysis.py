@@ -23,7 +23,7 @@ AUDIT_ANALYSES = [
     "retrieval_calibration", "norm_rescoring",
 ]
 # Staging queries, materialized once per connection and scope for every query that names them
-# (norm_vs_property, norm_vs_property_ci and norm_by_bin read stg_analysis_values and stg_analysis_groups).
+# (norm_vs_property, norm_by_bin and the bootstrap replicates read stg_analysis_values and stg_analysis_groups).
 STAGING = ("stg_analysis_groups", "stg_analysis_values")
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
 # resamples) in batches of replicates: see ensure_bootstrap_replicates.
@@ -75,7 +75,7 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     Once per connection and (model, release): the analyses that read it then share one string join
     and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
     """
-    if _staged_for(con, name) == (model, release):
+    if _staged_for(con, name) == (model, release, None):
         return
     sql = load_sql(name)
     with _any_row_order(con):
@@ -134,17 +134,14 @@ def _at_least_one(name: str, value: object, example: str) -> int:
     return whole
 
 
-def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, ...] | None:
-    """What this connection's temporary tables ``name`` were built for, if any: (model, release), and the
-    scope's other parameters where it has some."""
+def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str, str | None] | None:
+    """What this connection's temporary tables ``name`` were built for, if any: (model, release, the
+    scope's other parameters or None)."""
     con.execute("create temp table if not exists staged_scopes "
                 "(name varchar, model varchar, release varchar, detail varchar)")
     rows = con.execute("select model, release, detail from staged_scopes where name = $name",
                        {"name": name}).fetchall()
-    if not rows:
-        return None
-    model, release, detail = rows[0]
-    return (model, release) if detail is None else (model, release, detail)
+    return rows[0] if rows else None
 
 
 def _record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str,
@@ -187,7 +184,7 @@ def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release:
     """Run the retrieval search once per connection and release; later calls reuse its tables."""
     from pipeline.retrieval import register_retrieval_tables
 
-    if _staged_for(con, "retrieval") == (model, release):
+    if _staged_for(con, "retrieval") == (model, release, None):
         return
     register_retrieval_tables(con, model, release)
     _record_staged(con, "retrieval", model, release)
