@@ -117,14 +117,15 @@ def build(n: int, seed: int = 0) -> dict[str, pa.Table]:
             "value": np.ones(len(pairs)),
         }
     )
-    vocab = rng.choice(n, 30_000, replace=False)
+    n_vocab = min(30_000, n)  # a token table of BERT's size, or every word of a smaller run
+    vocab = rng.choice(n, n_vocab, replace=False)
     tokens = pa.table(
         {
-            "model": ["m"] * 30_000,
-            "release": ["r"] * 30_000,
-            "token_id": np.arange(30_000, dtype=np.int64),
+            "model": ["m"] * n_vocab,
+            "release": ["r"] * n_vocab,
+            "token_id": np.arange(n_vocab, dtype=np.int64),
             "token": ids.take(vocab),
-            "norm": np.exp(rng.normal(0, 0.2, 30_000) - 0.02 * zipf[vocab]),
+            "norm": np.exp(rng.normal(0, 0.2, n_vocab) - 0.02 * zipf[vocab]),
         }
     )
     return {
