@@ -241,7 +241,6 @@ def test_intervals_per_probe_set_with_tied_norms_and_values(tmp_path):
             assert row["n_resamples"] == n_defined
 
 
-
 # the reference also computes zipf's partial correlation given zipf (undefined, and not compared)
 @pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
 def test_intervals_when_zipf_itself_has_few_values(tmp_path):
