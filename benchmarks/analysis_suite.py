@@ -406,7 +406,7 @@ def main() -> None:
     print(
         f"pandas + scipy:      {pandas_s:8.1f} s   peak RSS {pandas_peak:5.1f} GiB (process, data included)"
     )
-    print(f"ratio pandas / DuckDB: {pandas_s / duck_s:.1f}x   (bootstrap replicates: {args.resamples})")
+    print(f"ratio pandas / DuckDB: {pandas_s / duck_s:.2f}x   (bootstrap replicates: {args.resamples})")
     ci = "norm_vs_property_ci"
     print(f"  the bootstrap ({ci}) alone: {pandas_times[ci] / sql_times[ci]:.1f}x "
           f"({sql_times[ci]:.1f} vs {pandas_times[ci]:.1f} s); the rest: "
