@@ -53,7 +53,7 @@ def _add(timings: dict, more: dict) -> None:
 @flow(name="embed_probes")
 def embed_probes(
     model: str, probes: list[str], release: str, run_id: str, resolved, limit: int | None = None,
-    overrides: dict | None = None,
+    overrides: dict | None = None, replace: bool = False,
 ) -> dict:
     """Embed probe sets shard by shard on the Dask task runner; commit each shard as it validates."""
     log = get_run_logger()
@@ -65,7 +65,7 @@ def embed_probes(
         with dask.annotate(priority=-1):
             token_norms = tasks.compute_token_norms.submit(settings, resolved, model, release)
         for spec in probes:
-            ps = tasks.load_probes(settings, spec, run_id)
+            ps = tasks.load_probes(settings, spec, run_id, replace)
             todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)
             out["skipped"][ps.name] = skipped
             log.info("%s: %d shards to embed, %d already committed", ps.name, len(todo), skipped)
@@ -110,12 +110,14 @@ def audit_release(
     overrides: dict | None = None,
     name: str | None = None,
     thresholds: dict | None = None,
+    replace: bool = False,
 ) -> AuditSummary:
     """Audit one model release end to end; fail the run when a statistic regressed past its threshold.
 
     ``overrides`` are non-secret settings (root, batch sizes, ...); credentials are read from
     the environment by :mod:`pipeline.settings` and never pass through flow parameters.
     ``name`` labels the model in storage (default: the registry name or directory name).
+    ``replace`` lets a probe file replace a stored probe set of the same name (else that is refused).
     """
     settings = load_settings(**(overrides or {}))
     timings: dict[str, float] = {}
@@ -137,7 +139,7 @@ def audit_release(
         tasks.open_release(settings, model_name, release, run.run_id)  # one audit per release at a time
         t = time.perf_counter()
         embedded = embed_probes.with_options(task_runner=dask_runner(settings))(
-            model_name, probes, release, run.run_id, resolved, limit, overrides)
+            model_name, probes, release, run.run_id, resolved, limit, overrides, replace)
         summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
         _add(timings, embedded["timings"])
         timings["embed_flow_total"] = time.perf_counter() - t
@@ -174,7 +176,7 @@ def audit_release(
 
 def run_audit(settings: Settings, model: str, probes: list[str], release: str | None = None,
               limit: int | None = None, overrides: dict | None = None, name: str | None = None,
-              thresholds: dict | None = None) -> AuditSummary:
+              thresholds: dict | None = None, replace: bool = False) -> AuditSummary:
     """Run :func:`audit_release` in this process against one Prefect API (started here if needed).
 
     The local Dask cluster (when no scheduler address is set) starts while the API boots.
@@ -186,6 +188,6 @@ def run_audit(settings: Settings, model: str, probes: list[str], release: str | 
         overrides["dask_address"] = scheduler_address()
         cluster_wait = time.perf_counter() - t - api_start
         summary = audit_release(model=model, probes=probes, release=release, limit=limit,
-                                overrides=overrides, name=name, thresholds=thresholds)
+                                overrides=overrides, name=name, thresholds=thresholds, replace=replace)
     summary.timings = {"api_start": api_start, "cluster_start_after_api": cluster_wait, **summary.timings}
     return summary

@@ -34,9 +34,9 @@ def resolve_model(name: str):
 
 
 @task(cache_policy=NONE)
-def load_probes(settings, spec: str, run_id: str | None = None):
+def load_probes(settings, spec: str, run_id: str | None = None, replace: bool = False):
     """Load, validate and store one probe set."""
-    return steps.load_and_store_probes(settings, spec, run_id)
+    return steps.load_and_store_probes(settings, spec, run_id, replace)
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)

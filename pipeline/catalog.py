@@ -2,7 +2,9 @@
 
 Views are rebuilt from storage each time a catalog is opened: ``embeddings``
 lists exactly the parts named in committed manifests, so a staged,
-quarantined or half-written part can never be read.
+quarantined or half-written part can never be read, and only the rows whose
+(probe_set, item_id, text_sha256) is a current probe item's, so a vector of a
+text that has since changed is never joined to the new text.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pipeline.store import Store
 SCHEMAS: dict[str, dict[str, str]] = {
     "probe_items": {
         "probe_set": "VARCHAR", "item_id": "VARCHAR", "text": "VARCHAR",
-        "kind": "VARCHAR", "lang": "VARCHAR", "source": "VARCHAR",
+        "kind": "VARCHAR", "lang": "VARCHAR", "source": "VARCHAR", "text_sha256": "VARCHAR",
     },
     "probe_properties": {"probe_set": "VARCHAR", "item_id": "VARCHAR", "property": "VARCHAR", "value": "DOUBLE"},
     "probe_relations": {
@@ -25,7 +27,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     },
     "embeddings": {
         "model": "VARCHAR", "release": "VARCHAR", "probe_set": "VARCHAR", "item_id": "VARCHAR",
-        "norm": "DOUBLE", "vector": "FLOAT[]", "n_tokens": "INTEGER", "truncated": "BOOLEAN",
+        "text_sha256": "VARCHAR", "norm": "DOUBLE", "vector": "FLOAT[]", "n_tokens": "INTEGER", "truncated": "BOOLEAN",
     },
     "token_norms": {
         "model": "VARCHAR", "release": "VARCHAR", "token_id": "BIGINT", "token": "VARCHAR", "norm": "DOUBLE",
@@ -76,16 +78,46 @@ def _empty_view(name: str) -> str:
     return f"create or replace view {name} as select {cols} where false"
 
 
-def _file_view(con: duckdb.DuckDBPyConnection, name: str, urls: list[str]) -> None:
+# Columns that files written by older versions lack: what the view shows instead.
+# A probe item's text hash is the sha256 of its text's UTF-8 bytes, which DuckDB computes the same way.
+_ABSENT = {("probe_items", "text_sha256"): "sha256(text)"}
+_FILLED = {("probe_items", "text_sha256"): "coalesce(text_sha256::VARCHAR, sha256(text))"}
+
+
+def _file_view(con: duckdb.DuckDBPyConnection, name: str, urls: list[str], wrap=None) -> None:
+    """View ``name`` over ``urls`` with its :data:`SCHEMAS` columns (absent ones null); ``wrap`` turns
+    that SELECT into the view's query (e.g. a filter), when given."""
     if not urls:
         con.execute(_empty_view(name))
         return
-    cols = ", ".join(f"{c}::{t} as {c}" for c, t in SCHEMAS[name].items())
     files = "[" + ", ".join("'" + u.replace("'", "''") + "'" for u in urls) + "]"
-    # view DDL cannot take bound parameters; the paths come from our own listing, quoted above
-    con.execute(
-        f"create or replace view {name} as select {cols} from read_parquet({files}, union_by_name = true)"
-    )
+    source = f"read_parquet({files}, union_by_name = true)"
+
+    def create(present) -> None:
+        cols = ", ".join(
+            f"{_FILLED.get((name, c), f'{c}::{t}')} as {c}" if present is None or c in present
+            else f"{_ABSENT.get((name, c), f'null::{t}')} as {c}"
+            for c, t in SCHEMAS[name].items())
+        # view DDL cannot take bound parameters; the paths come from our own listing, quoted above
+        select = f"select {cols} from {source}"
+        con.execute(f"create or replace view {name} as {wrap(select) if wrap else select}")
+
+    try:
+        create(None)
+    except duckdb.BinderException:  # files written before a column existed (e.g. text_sha256): read it as absent
+        create({d[0] for d in con.execute(f"select * from {source} limit 0").description})
+
+
+def _embeddings_view(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
+    """``embeddings``: the committed rows whose text hash is their probe item's current one (a semi-join).
+
+    A row embedded from a text that has since changed under the same item id, or from a part written
+    before rows carried ``text_sha256``, is not shown: ``normaudit verify`` names such parts and the
+    next audit of their release re-embeds them.
+    """
+    _file_view(con, "embeddings", urls, wrap=lambda rows: (
+        f"select e.* from ({rows}) e semi join probe_items p on e.probe_set = p.probe_set "
+        "and e.item_id = p.item_id and e.text_sha256 = p.text_sha256"))
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -120,7 +152,7 @@ def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
         from pipeline.verify import raise_if_corrupt, verify_root
 
         raise_if_corrupt(store, verify_root(store, verify).problems)
-    _file_view(con, "embeddings", store.committed_part_urls())
+    _embeddings_view(con, store.committed_part_urls())
     return con
 
 

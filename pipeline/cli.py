@@ -86,6 +86,8 @@ def audit(
     s3_endpoint_url: EndpointOpt = None,
     name: Annotated[str | None, typer.Option(help="model label in storage (default: registry or folder name)")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="print where the time went")] = False,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="let a probe file replace a stored probe set of the same name")] = False,
 ) -> None:
     """Embed probe sets with a model, store raw vectors and norms, and run the analyses."""
     from pydantic import ValidationError
@@ -123,7 +125,7 @@ def audit(
     try:
         with use_progress(RichProgress()):
             summary = run_audit(settings, model, probes, release=release, limit=limit, overrides=overrides,
-                                name=name)
+                                name=name, replace=replace)
     except ReleaseRegression as exc:
         _print_summary(exc.summary, timings)
         _fail(str(exc), code=3)

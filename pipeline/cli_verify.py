@@ -1,4 +1,5 @@
-"""``normaudit verify``: check committed parts against their manifests, optionally quarantine the bad ones."""
+"""``normaudit verify``: check committed parts against their manifests and their rows against the probe
+items' texts, optionally quarantine the bad ones."""
 
 from __future__ import annotations
 
@@ -10,31 +11,34 @@ import typer
 def verify(
     root: Annotated[str | None, typer.Option("--root", help="storage root URL (default $NORMAUDIT_ROOT)")] = None,
     repair: Annotated[bool, typer.Option(
-        "--repair", help="move corrupt parts to quarantine/ and drop them from their manifest")] = False,
+        "--repair", help="move corrupt or stale parts to quarantine/ and drop them from their manifest "
+        "(the next audit re-embeds them)")] = False,
     quick: Annotated[bool, typer.Option(
         "--quick", help="compare sizes only (one listing) instead of reading every byte")] = False,
     s3_endpoint_url: Annotated[str | None, typer.Option(
         "--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")] = None,
 ) -> None:
-    """Check every committed part's sha256 against its manifest; exit 1 if any differs (unless repaired)."""
+    """Check every committed part's sha256 against its manifest, and that every row's text_sha256 is its
+    probe item's current text hash; exit 1 if any differs (unless repaired)."""
     from pipeline.settings import load_settings
     from pipeline.store import open_store
+    from pipeline.verify import TEXT_KINDS, verify_root
     from pipeline.verify import repair as repair_parts
-    from pipeline.verify import verify_root
 
     store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
-    report = verify_root(store, "size" if quick else "sha256")
+    report = verify_root(store, "size" if quick else "sha256", texts=True)
     typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
                f"({report.depth})")
     for p in report.problems:
-        typer.secho(f"corrupt: {store.url(p.file)}: {p.kind}: {p.detail}", fg=typer.colors.RED, err=True)
+        label = "stale" if p.kind in TEXT_KINDS else "corrupt"
+        typer.secho(f"{label}: {store.url(p.file)}: {p.kind}: {p.detail}", fg=typer.colors.RED, err=True)
     if report.ok:
-        typer.echo("ok: every committed part matches its manifest")
+        typer.echo("ok: every committed part matches its manifest and every row its probe item's text")
         return
     if not repair:
-        typer.secho(f"error: {len(report.problems)} part(s) do not match their manifest. Rerun with --repair to "
-                    "move them to quarantine and drop them from their manifest; the next audit of that "
-                    "release re-embeds them.", fg=typer.colors.RED, err=True)
+        typer.secho(f"error: {len(report.problems)} part(s) do not match their manifest or their probe items' "
+                    "texts. Rerun with --repair to move them to quarantine and drop them from their manifest; "
+                    "the next audit of that release re-embeds them.", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
     folder = repair_parts(store, report.problems)
     typer.echo(f"repaired: {len(report.problems)} part(s) moved to {store.url(folder)} and dropped from their "

@@ -31,8 +31,12 @@ from pipeline.validate import (
 
 
 def gate_part(store: Store, part: StagedPart, expected_ids: list[str], template: Manifest,
-              run_id: str) -> ValidationReport:
-    """Validate a staged part with the ``embeddings`` suite; quarantine it and raise if it fails."""
+              run_id: str, expected_text_sha256: list[str] | None = None) -> ValidationReport:
+    """Validate a staged part with the ``embeddings`` suite; quarantine it and raise if it fails.
+
+    ``expected_text_sha256`` (aligned with ``expected_ids``): the text hashes the shard was planned
+    with; the part's rows must carry exactly these (the audit always passes them).
+    """
     data = store.read_bytes(part.staged)
     if sha256_bytes(data) != part.sha256:
         raise StorageError(
@@ -42,7 +46,8 @@ def gate_part(store: Store, part: StagedPart, expected_ids: list[str], template:
     meta = {"run_id": run_id, "shard_id": part.shard_id, "model": part.model, "release": part.release,
             "probe_set": part.probe_set, "sha256": part.sha256}
     report = validate_embeddings(pq.read_table(io.BytesIO(data)), expected_ids, template.dim,
-                                 template.vector_dtype, part.model, part.release, part.probe_set, meta)
+                                 template.vector_dtype, part.model, part.release, part.probe_set, meta,
+                                 expected_text_sha256)
     save_validation(store, run_id, validation_key("embeddings", part.probe_set, f"part-{part.shard_id}"), report)
     if not report.success:
         folder = quarantine_part(store, run_id, part, _quarantine_record(report))

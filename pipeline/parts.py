@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline.shards import Shard, committed_item_ids, merge_part
+from pipeline.probes.base import text_sha256
+from pipeline.shards import Shard, committed_item_ids, merge_part, part_rows
 from pipeline.store import Manifest, PartInfo, StorageError, Store, sha256_bytes
 
 
@@ -37,7 +37,8 @@ def embeddings_table(model: str, release: str, shard: Shard, result, vector_dtyp
     """The rows of one shard, in the columns of DESIGN.md's ``embeddings`` table.
 
     The norm comes from the embedder (computed in float32 or wider before any downcast);
-    only the stored vector is cast to ``vector_dtype``.
+    only the stored vector is cast to ``vector_dtype``. ``text_sha256`` is hashed here from the
+    texts the shard handed to the embedder, not copied from the plan, so the row says what was embedded.
     """
     vectors = np.ascontiguousarray(result.vectors, dtype=np.float16 if vector_dtype == "float16" else np.float32)
     n, dim = vectors.shape
@@ -49,6 +50,7 @@ def embeddings_table(model: str, release: str, shard: Shard, result, vector_dtyp
             "release": pa.array([release] * n, pa.string()),
             "probe_set": pa.array([shard.probe_set] * n, pa.string()),
             "item_id": pa.array(shard.item_ids, pa.string()),
+            "text_sha256": pa.array(text_sha256(shard.texts), pa.string()),
             "norm": pa.array(np.asarray(result.norms, dtype=np.float64)),
             "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
             "n_tokens": pa.array(np.asarray(result.n_tokens, dtype=np.int32)),
@@ -96,7 +98,7 @@ def commit_part(store: Store, part: StagedPart, template: Manifest) -> Manifest:
     if sha256_bytes(data) != part.sha256:
         raise StorageError(f"{store.url(d, file)} does not hold the validated bytes after the move from "
                            f"{part.staged}; nothing was committed. Rerun the audit.")
-    ids = set(pq.read_table(io.BytesIO(data), columns=["item_id"])["item_id"].to_pylist())
+    ids = part_rows(io.BytesIO(data))
     info = PartInfo(part.shard_id, file, part.rows, part.sha256, part.start, size=len(data))
     dropped = merge_part(manifest, info, ids, committed)
     store.write_manifest(manifest)

@@ -37,13 +37,22 @@ def manifest_template(model: str, release: str, probe_set: str, resolved, settin
     )
 
 
-def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = None) -> ProbeSet:
-    """Load and validate a probe set, then write its tables (the whole set, whatever --limit says)."""
+def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = None,
+                          replace: bool = False) -> ProbeSet:
+    """Load and validate a probe set, then write its tables (the whole set, whatever --limit says).
+
+    A probe file whose set name is already stored with other data is refused unless ``replace``
+    (:func:`pipeline.probes.stored.refuse_silent_replace`); sets named by the user are read from the store.
+    """
     from pipeline.gates import gate_probe_set
+    from pipeline.probes import brings_file
     from pipeline.probes.base import KINDS
+    from pipeline.probes.stored import refuse_silent_replace
 
     store = open_store(settings)
     ps = load_probe_set(spec, settings.storage_options(), store=store)
+    if brings_file(spec):
+        refuse_silent_replace(store, ps, spec, replace)
     gate_probe_set(store, ps, KINDS, run_id)  # GX suites, before anything is written
     write_probe_tables(store, ps)
     return ps
@@ -52,11 +61,17 @@ def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = No
 def plan_shards(
     settings: Settings, ps: ProbeSet, model: str, release: str, resolved, limit: int | None
 ) -> tuple[list[Shard], int]:
-    """Shards of the first ``limit`` items still to embed, and how many shards were already committed."""
+    """Shards of the first ``limit`` items still to embed, and how many shards were already committed.
+
+    A shard is done only when every item is committed with its current text (item_id and text_sha256,
+    :func:`pipeline.shards.pending_shards`); a changed text is embedded again and its new part replaces
+    the old one when it commits.
+    """
     store = open_store(settings)
-    items = ps.items if limit is None else ps.items.head(limit)
-    shards = split_shards(ps.name, items, resolved.fingerprint,
-                          {**embedding_params(resolved, settings), **ps.shard_params()}, settings.shard_size)
+    params = {**embedding_params(resolved, settings), **ps.shard_params()}
+    full = split_shards(ps.name, ps.items, resolved.fingerprint, params, settings.shard_size)
+    shards = full if limit is None else split_shards(ps.name, ps.items.head(limit), resolved.fingerprint, params,
+                                                     settings.shard_size)
     manifest = store.read_manifest(model, release, ps.name)
     if manifest is not None:  # trust committed parts only after checking their bytes (sha256)
         from pipeline.verify import raise_if_corrupt, verify_manifest
@@ -64,6 +79,13 @@ def plan_shards(
         raise_if_corrupt(store, verify_manifest(store, manifest))
     committed = committed_item_ids(store, manifest)
     todo = pending_shards(shards, committed)
+    if todo and todo[-1] is shards[-1] and shards[-1].size < full[len(shards) - 1].size:
+        # the limit cuts this shard; when a committed part also holds items past the cut, a cut part could
+        # replace only some of its rows (two rows for an item, or a partial overlap): embed the whole shard
+        whole = full[len(shards) - 1]
+        beyond = set(whole.item_ids[todo[-1].size:])
+        if any(beyond & set(rows) for rows in committed.values()):
+            todo[-1] = whole
     return todo, len(shards) - len(todo)
 
 
@@ -97,7 +119,8 @@ def validate_and_commit(
     from pipeline import lease
     from pipeline.gates import gate_part
 
-    gate_part(store, part, shard.item_ids, template, run_id)  # GX suite; quarantines and raises on failure
+    # GX suite, including the shard's text hashes; quarantines and raises on failure
+    gate_part(store, part, shard.item_ids, template, run_id, shard.text_sha256)
     t1 = time.perf_counter()
     lease.ensure(store, part.model, part.release, run_id)  # one writer per release (pipeline/lease.py)
     commit_part(store, part, template)

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SUITE_VERSION = 1
+SUITE_VERSION = 2  # 2: embeddings rows carry text_sha256, which must be the shard's
 TABLES = ("probe_items", "probe_properties", "embeddings", "token_norms")
 # |‖vector‖ / norm - 1| allowed. float32 vectors reproduce the norm to ~1e-7; float16 rounds each
 # component to 11 significant bits (relative error up to 2**-11 ≈ 4.9e-4), so it gets a looser bound.
@@ -121,6 +121,9 @@ def _definitions(gxe) -> dict[str, list]:
             gxe.ExpectColumnValuesToNotBeNull(column="item_id"),
             gxe.ExpectColumnValuesToBeUnique(column="item_id"),
             gxe.ExpectColumnValuesToBeInSet(column="in_shard", value_set=[True]),
+            gxe.ExpectColumnValuesToNotBeNull(column="text_sha256"),
+            gxe.ExpectColumnValuesToMatchRegex(column="text_sha256", regex=r"^[0-9a-f]{64}$"),
+            gxe.ExpectColumnValuesToBeInSet(column="text_is_shards", value_set=[True]),
             gxe.ExpectTableRowCountToEqual(value=p("rows")),
             gxe.ExpectColumnValuesToNotBeNull(column="norm"),
             gxe.ExpectColumnValuesToBeBetween(column="norm", min_value=0, strict_min=True,
@@ -233,8 +236,12 @@ def _failure(r: dict, id_col: str) -> Failure:
 
 
 # ---------------------------------------------------------------- frames at the storage boundary
-def embeddings_frame(table: pa.Table, expected_ids: list[str]):
-    """The columns the ``embeddings`` suite checks, with vector rules derived per row (float64)."""
+def embeddings_frame(table: pa.Table, expected_ids: list[str], expected_text_sha256: list[str] | None = None):
+    """The columns the ``embeddings`` suite checks, with vector rules derived per row (float64).
+
+    ``text_is_shards``: the row's ``text_sha256`` is the one planned for its item (``expected_text_sha256``,
+    aligned with ``expected_ids``); without a plan, that it is present.
+    """
     import pandas as pd
 
     n = table.num_rows
@@ -253,9 +260,16 @@ def embeddings_frame(table: pa.Table, expected_ids: list[str]):
     present = np.asarray(vec.is_valid()) & ~bad
     expected = set(expected_ids)
     ids = table["item_id"].to_pylist()
+    hashes = table["text_sha256"].to_pylist() if "text_sha256" in table.column_names else [None] * n
+    if expected_text_sha256 is None:
+        text_ok = [h is not None for h in hashes]
+    else:
+        planned = dict(zip(expected_ids, expected_text_sha256, strict=True))
+        text_ok = [h is not None and planned.get(i) == h for i, h in zip(ids, hashes, strict=True)]
     return pd.DataFrame({
         "model": table["model"].to_pylist(), "release": table["release"].to_pylist(),
-        "probe_set": table["probe_set"].to_pylist(), "item_id": ids, "norm": norms,
+        "probe_set": table["probe_set"].to_pylist(), "item_id": ids, "text_sha256": hashes,
+        "text_is_shards": text_ok, "norm": norms,
         "n_tokens": table["n_tokens"].to_pylist(), "truncated": table["truncated"].to_pylist(),
         "vector_length": lengths, "vector_finite": present,
         # rows with non-finite components are already named by vector_finite; keep them out of this rule
@@ -265,15 +279,17 @@ def embeddings_frame(table: pa.Table, expected_ids: list[str]):
 
 def validate_embeddings(table: pa.Table, expected_ids: list[str], dim: int, vector_dtype: str,
                         model: str, release: str, probe_set: str,
-                        meta: dict | None = None) -> ValidationReport:
-    """Run the ``embeddings`` suite on one part: the shard's ids once each, finite positive norms,
-    ``dim``-long finite vectors whose ``vector / norm`` has unit length, ``n_tokens >= 1``."""
+                        meta: dict | None = None, expected_text_sha256: list[str] | None = None) -> ValidationReport:
+    """Run the ``embeddings`` suite on one part: the shard's ids once each, each with the shard's
+    ``text_sha256`` (``expected_text_sha256``, aligned with ``expected_ids``; the audit always gives it),
+    finite positive norms, ``dim``-long finite vectors whose ``vector / norm`` has unit length,
+    ``n_tokens >= 1``."""
     tol = UNIT_TOLERANCE.get(vector_dtype, UNIT_TOLERANCE["float16"])
     params = {"models": [model], "releases": [release], "probe_sets": [probe_set], "dim": dim,
               "rows": len(expected_ids), "unit_min": 1 - tol, "unit_max": 1 + tol,
               # one item cannot vary; two or more identical norms mean a constant (broken) output
               "min_distinct_norms": 2 if len(expected_ids) > 1 else 1}
-    report = run_suite("embeddings", embeddings_frame(table, expected_ids), params, meta)
+    report = run_suite("embeddings", embeddings_frame(table, expected_ids, expected_text_sha256), params, meta)
     missing = sorted(set(expected_ids) - set(table["item_id"].to_pylist()))
     if missing:
         report.failures.append(Failure("shard item ids present", "item_id", len(missing), missing))

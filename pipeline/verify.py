@@ -9,6 +9,13 @@ Two depths, chosen by cost:
   size. ``normaudit verify`` runs it, and so does an audit's planning for the partition it is
   about to extend, before trusting which shards are done.
 
+``normaudit verify`` also checks every committed row against its probe item (``texts=True``): the
+row's ``text_sha256`` must be the item's current one. A part with a row embedded from a text that
+has since changed (``stale_text``), or written before rows carried the hash (``no_text_hash``, an
+older store), is reported; the ``embeddings`` view already hides those rows, and an audit of the
+release re-embeds them by itself. Planning and the catalog do not run this check: a changed text
+is work for the next audit, not corruption.
+
 A corrupt part is never repaired silently: a storage layer that changes bytes is news for
 whoever runs it. ``normaudit verify --repair`` moves such parts to ``quarantine/`` and drops
 them from their manifest (under the release's lease); the next audit re-embeds their shards.
@@ -17,7 +24,7 @@ them from their manifest (under the release's lease); the next audit re-embeds t
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipeline.store import CorruptPartError, Manifest, Store, sha256_bytes
 
@@ -31,7 +38,7 @@ class Problem:
     probe_set: str
     shard_id: str
     file: str  # relative to the root
-    kind: str  # missing, size, sha256
+    kind: str  # missing, size, sha256; stale_text, no_text_hash (TEXT_KINDS)
     detail: str
 
 
@@ -48,6 +55,10 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when no committed part differs from its manifest."""
         return not self.problems
+
+
+# Problems with what a part's rows say about their texts, not with its bytes.
+TEXT_KINDS = ("stale_text", "no_text_hash")
 
 
 def _partition(store: Store, m: Manifest) -> str:
@@ -98,14 +109,69 @@ def _sizes(store: Store) -> dict[str, int]:
     return {k[len(prefix):] if k.startswith(prefix) else k: int(v.get("size") or 0) for k, v in found.items()}
 
 
-def verify_root(store: Store, depth: str = "sha256") -> VerifyReport:
-    """Check every committed part under the root; parts are read one at a time."""
+def probe_text_hashes(store: Store, probe_set: str) -> dict[str, str]:
+    """``item_id -> text_sha256`` of a stored probe set's items now (hashed from the text if not stored)."""
+    from pipeline.probes.base import text_sha256
+
+    rel = f"{store.probes_dir(probe_set)}/items.parquet"
+    if not store.exists(rel):
+        return {}
+    items = store.read_table(rel)
+    ids = items["item_id"].to_pylist()
+    hashes = (items["text_sha256"].to_pylist() if "text_sha256" in items.column_names
+              else text_sha256(items["text"].to_pylist()))
+    return dict(zip(ids, hashes, strict=True))
+
+
+def verify_texts(store: Store, manifest: Manifest, current: dict[str, str],
+                 skip: frozenset[str] = frozenset()) -> list[Problem]:
+    """Parts of one partition with a row whose ``text_sha256`` is not its probe item's now.
+
+    ``current`` maps item ids to their text hashes (:func:`probe_text_hashes`); parts whose shard id is in
+    ``skip`` (already reported missing or corrupt) are not read. Reads only the item_id and text_sha256 columns.
+    """
+    from pipeline.shards import committed_item_ids
+
+    d = _partition(store, manifest)
+    live = replace(manifest, parts=[p for p in manifest.parts if p.shard_id not in skip])
+    rows_by_shard = committed_item_ids(store, live)
+    problems = []
+    for p in live.parts:
+        rows = rows_by_shard[p.shard_id]
+        where = (manifest.model, manifest.release, manifest.probe_set, p.shard_id, f"{d}/{p.file}")
+        if any(h is None for h in rows.values()):
+            problems.append(Problem(*where, "no_text_hash", f"its {len(rows)} rows carry no text_sha256 (written "
+                                    "before normaudit recorded which text was embedded): they cannot be "
+                                    "checked against the probe items and the views hide them"))
+            continue
+        gone = sorted(i for i in rows if i not in current)
+        changed = sorted(i for i, h in rows.items() if i in current and current[i] != h)
+        if changed or gone:
+            said = [f"{len(changed)} row(s) embedded from a text the probe item no longer has"] if changed else []
+            said += [f"{len(gone)} row(s) of items no longer in the probe set"] if gone else []
+            problems.append(Problem(*where, "stale_text", f"{' and '.join(said)} (e.g. item_id "
+                                    f"{(changed or gone)[:3]}); the views hide them"))
+    return problems
+
+
+def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> VerifyReport:
+    """Check every committed part under the root; parts are read one at a time.
+
+    ``texts``: also check every row's ``text_sha256`` against its probe item's (:func:`verify_texts`).
+    """
     report = VerifyReport(depth)
     sizes = _sizes(store) if depth == "size" else None
+    current: dict[str, dict[str, str]] = {}
     for m in store.manifests():
         report.partitions += 1
         report.parts += len(m.parts)
-        report.problems.extend(verify_manifest(store, m, depth, sizes))
+        problems = verify_manifest(store, m, depth, sizes)
+        report.problems.extend(problems)
+        if texts:
+            if m.probe_set not in current:
+                current[m.probe_set] = probe_text_hashes(store, m.probe_set)
+            report.problems.extend(verify_texts(store, m, current[m.probe_set],
+                                                frozenset(p.shard_id for p in problems)))
     return report
 
 
@@ -123,9 +189,13 @@ def raise_if_corrupt(store: Store, problems: list[Problem]) -> None:
 
 
 def repair(store: Store, problems: list[Problem]) -> str:
-    """Quarantine corrupt parts and drop them from their manifests; returns the quarantine folder.
+    """Quarantine the parts with problems and drop them from their manifests; returns the quarantine folder.
 
-    Each release is changed under its lease, so a running audit of it is never raced.
+    This holds for every kind, the text kinds included: a ``stale_text`` or ``no_text_hash`` part is moved
+    whole (its current rows too) to ``quarantine/verify-<time>/<model>/<release>/<probe_set>/`` beside a
+    ``.problem.txt``, so nothing of it stays committed and the next audit of that release re-embeds its
+    shard with the texts of now. Each release is changed under its lease, so a running audit of it is
+    never raced.
     """
     from pipeline import lease
 

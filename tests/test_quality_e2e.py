@@ -14,6 +14,7 @@ from pipeline.datadocs import data_docs_path
 from pipeline.parts import PartValidationError
 from pipeline.settings import load_settings
 from pipeline.store import Store
+from pipeline.validate import suite_name
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def test_nan_items_are_quarantined_and_named(tmp_path, nan_model_dir, prefect_ap
     msg = str(err.value)
     assert "expect_column_values_to_not_be_null(norm) failed for 3 rows" in msg, msg
     assert "vector_finite" in msg and all(f"'{i}'" in msg for i in POISONED)
-    assert "quarantine/" in msg and "embeddings.v1" in msg
+    assert "quarantine/" in msg and suite_name("embeddings") in msg
 
     store = Store(root)
     con = open_catalog(store)
@@ -72,7 +73,7 @@ def test_nan_items_are_quarantined_and_named(tmp_path, nan_model_dir, prefect_ap
     assert sorted(quarantined["item_id"].to_list()) == bad_shard
     assert sorted(quarantined.filter(pl.col("norm").is_nan())["item_id"].to_list()) == POISONED
     record = json.loads(store.read_bytes(parts[0].replace(".parquet", ".report.json")))
-    assert record["validation_result"]["success"] is False and record["suite"] == "embeddings.v1"
+    assert record["validation_result"]["success"] is False and record["suite"] == suite_name("embeddings")
     assert any("i021" in f for f in record["failures"])
     # the run's Data Docs were built in the flow's finally, failure included
     index = data_docs_path(store, run_id)

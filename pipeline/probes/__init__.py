@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from pipeline.probes.base import ProbeInputError, ProbeSet
+from pipeline.probes.base import ProbeInputError, ProbeSet, text_sha256
 from pipeline.store import Store
 
 
@@ -86,10 +86,27 @@ def _is_name(spec: str) -> bool:
     return True
 
 
+def brings_file(spec: str) -> bool:
+    """True when ``spec`` reads a probe file (a path or URL, bare or inside a template), not a set by name.
+
+    Storing such a set must not replace a stored set of the same name unless the user asks
+    (:func:`pipeline.probes.stored.refuse_silent_replace`): two files share a name when they share a stem.
+    """
+    from pipeline.probes.templates import split_template
+
+    templated = split_template(spec)
+    return (templated[0] if templated else spec).lower().endswith(FILE_SUFFIXES)
+
+
 def write_probe_tables(store: Store, ps: ProbeSet) -> None:
-    """Write the probe set's items, properties and relations; unchanged tables are left alone."""
+    """Write the probe set's items, properties and relations; unchanged tables are left alone.
+
+    Items get ``text_sha256`` (of each text's UTF-8 bytes), the hash every embedding row of the item
+    must carry (see :mod:`pipeline.shards`), so the invariant can be checked in SQL.
+    """
     d = store.probes_dir(ps.name)
-    for table, frame in (("items", ps.items), ("properties", ps.properties), ("relations", ps.relations)):
+    items = ps.items.with_columns(pl.Series("text_sha256", text_sha256(ps.items["text"].to_list()), pl.String))
+    for table, frame in (("items", items), ("properties", ps.properties), ("relations", ps.relations)):
         arrow = frame.with_columns(pl.lit(ps.name).alias("probe_set")).select(
             ["probe_set", *frame.columns]
         ).to_arrow()
@@ -99,4 +116,4 @@ def write_probe_tables(store: Store, ps: ProbeSet) -> None:
         store.write_table(rel, arrow)
 
 
-__all__ = ["BUILTIN", "ProbeInputError", "ProbeSet", "load_probe_set", "write_probe_tables"]
+__all__ = ["BUILTIN", "ProbeInputError", "ProbeSet", "brings_file", "load_probe_set", "write_probe_tables"]

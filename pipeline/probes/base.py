@@ -8,6 +8,8 @@ tables are written, so builders never repeat the name.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -20,6 +22,15 @@ ITEM_SCHEMA = {
 PROPERTY_SCHEMA = {"item_id": pl.String, "property": pl.String, "value": pl.Float64}
 RELATION_SCHEMA = {"left_id": pl.String, "right_id": pl.String, "relation": pl.String, "value": pl.Float64}
 KINDS = frozenset({"word", "sentence", "query", "doc", "pair"})
+
+
+def text_sha256(texts: Iterable[str]) -> list[str]:
+    """Hex sha256 of each text's exact UTF-8 bytes: an item's identity for embedding, beside its id.
+
+    The text is the one embedded (after any template), so a changed text under an unchanged id gets
+    a new hash, a new shard and a new vector (:mod:`pipeline.shards`); DuckDB's ``sha256(text)`` is the same.
+    """
+    return [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
 
 
 class ProbeInputError(ValueError):

@@ -157,6 +157,41 @@ def _same(a: ProbeSet, b: ProbeSet) -> bool:
     return all(getattr(a, t).equals(getattr(b, t)) for t in TABLES)
 
 
+def _differences(old: ProbeSet, new: ProbeSet) -> str:
+    """E.g. ``2 texts changed, 1 item added`` (or ``other properties or relations``)."""
+    a, b = old.items.select("item_id", "text"), new.items.select("item_id", "text")
+    both = a.join(b, on="item_id", suffix="_new")
+    parts = [(both.filter(both["text"] != both["text_new"]).height, "text{} changed"),
+             (b.join(a, on="item_id", how="anti").height, "item{} added"),
+             (a.join(b, on="item_id", how="anti").height, "item{} removed")]
+    said = [f"{n} {what.format('' if n == 1 else 's')}" for n, what in parts if n]
+    return ", ".join(said) or "other properties, relations, kinds or order"
+
+
+def refuse_silent_replace(store: Store, ps: ProbeSet, source: str, replace: bool, command: str = "audit") -> None:
+    """Raise :class:`ProbeInputError` when storing ``ps`` would change a stored set of its name, unless ``replace``.
+
+    ``source`` is what brought the data (a file path or URL); ``command`` the one the user ran, for the hint.
+    Two files with the same stem name the same set, so the second is refused like an edited first.
+    """
+    old = read_stored(store, ps.name)
+    if old is None or replace or _same(old, ps):
+        return
+    from pipeline.probes.templates import split_template
+
+    templated = split_template(source) if command == "audit" else None  # FILE@template
+    file, base = (templated[0], ps.name.rpartition("@")[0]) if templated else (source, ps.name)
+    how = (f"rerun `normaudit audit ... --probes {source} --replace`, or store it by name with "
+           f"`normaudit probes add {base} --from {file} --replace` and audit `--probes {ps.name}`"
+           if command == "audit" else f"rerun `normaudit probes add {ps.name} --from {source} --replace`")
+    raise ProbeInputError(
+        f"probe set {ps.name!r} is already stored at {old.origin} with other data than {source} "
+        f"({_differences(old, ps)}); nothing was written. To replace it, {how}: the next audit of each "
+        f"release then re-embeds the changed texts, and until then their old vectors are hidden from the "
+        f"views. To keep both, give the file another name (a probe file's set is named after its file name)."
+    )
+
+
 def add_probe_set(
     store: Store, name: str, url: str, fmt: str | None = None, storage_options: dict | None = None,
     replace: bool = False, **options,
@@ -164,7 +199,8 @@ def add_probe_set(
     """Read, validate and store the user's data as probe set ``name`` (nothing is written on an error).
 
     ``fmt`` defaults to the external set's format for an external name, else ``table``. Re-adding the
-    same data is a no-op; different data under a stored name needs ``replace=True``.
+    same data is a no-op; different data under a stored name needs ``replace=True``. A replaced text keeps
+    its item id but gets a new text hash: the next audit of a release re-embeds it (:mod:`pipeline.shards`).
     """
     from pipeline.probes import BUILTIN, write_probe_tables
     from pipeline.probes.templates import split_template
@@ -175,12 +211,7 @@ def add_probe_set(
         raise ProbeInputError(f"{name!r} ends in a template name (@...); choose another name.")
     fmt = fmt or (EXTERNAL[name].format if name in EXTERNAL else "table")
     ps = read_source(fmt, url, name, storage_options, **options)
-    old = read_stored(store, name)
-    if old is not None and not replace and not _same(old, ps):
-        raise ProbeInputError(
-            f"probe set {name!r} is already stored at {old.origin} with other data; pass --replace to "
-            "replace it (embeddings of earlier audits are kept; audit the new data under a new --release)."
-        )
+    refuse_silent_replace(store, ps, url, replace, command="probes add")
     write_probe_tables(store, ps)
     return ps
 
