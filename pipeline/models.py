@@ -31,6 +31,7 @@ __all__ = [
     "ResolvedModel",
     "fingerprint_dir",
     "get_spec",
+    "model_dir",
     "resolve_model",
     "transformer_dir",
 ]
@@ -151,6 +152,12 @@ def get_spec(name: str) -> ModelSpec:
         return ModelSpec(name=_sanitize(path.name), source="local", location=str(path))
     if path.exists():
         raise ModelNotFoundError(f"{name!r} is a file; pass the model directory that holds it")
+    if "/" in name or "\\" in name or name.startswith((".", "~")):  # meant as a path: say so, first
+        raise ModelNotFoundError(
+            f"model directory {name!r} does not exist: pass the path of an existing model directory (with "
+            f"config.json and weight files), a registry name ({', '.join(sorted(REGISTRY))}) "
+            "or a hub id as hf:ORG/NAME[@REVISION]."
+        )
     close = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise ModelNotFoundError(
@@ -234,13 +241,18 @@ def _local_dir(spec: ModelSpec) -> Path:
     if spec.source == "package":
         return _package_dir(spec)
     if spec.source == "hub":
-        from huggingface_hub import snapshot_download
+        from pipeline.hub import hub_dir
 
-        return Path(snapshot_download(repo_id=spec.location, revision=spec.revision))
+        return hub_dir(spec)
     path = Path(spec.location).expanduser()
     if not path.is_dir():
         raise ModelNotFoundError(f"model {spec.name!r}: directory {spec.location} does not exist")
     return path.resolve()
+
+
+def model_dir(spec: ModelSpec | str) -> Path:
+    """The local directory holding a model's files (a hub model is fetched), without hashing its weights."""
+    return _local_dir(get_spec(spec) if isinstance(spec, str) else spec)
 
 
 def _main_weight_file(root: Path, per_file: dict[str, str]) -> str | None:

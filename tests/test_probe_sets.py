@@ -76,12 +76,14 @@ def test_token_properties_are_written_beside_token_norms_and_viewed(tmp_path):
 def test_word_items_of_a_user_file_get_zipf_unless_given(tmp_path):
     path = tmp_path / "w.csv"
     path.write_text("item_id,text,zipf\na,dog,\nb,cat,1.5\nc,qzxqzxv,\n")
-    ps = load_probe_set(str(path))  # kind defaults to sentence: no zipf is made up
-    assert ps.properties.rows() == [("b", "zipf", 1.5)]
     from pipeline.probes.files import read_probe_file
 
-    ps = read_probe_file(str(path), "w", kind="word")
-    assert sorted(ps.properties.rows()) == [("a", "zipf", zipf_frequency("dog", "en")), ("b", "zipf", 1.5)]
+    ps = read_probe_file(str(path), "w", kind="sentence")  # sentences get no zipf made up
+    assert ps.properties.rows() == [("b", "zipf", 1.5)]
+    # one word per text: kind word is inferred (and said), so a zipf is looked up where none is given
+    for ps in (load_probe_set(str(path)), read_probe_file(str(path), "w", kind="word")):
+        assert sorted(ps.properties.rows()) == [("a", "zipf", zipf_frequency("dog", "en")), ("b", "zipf", 1.5)]
+    assert "kind 'word' inferred" in load_probe_set(str(path)).notes[0]
 
 
 # ---------------------------------------------------------------- specificity

@@ -20,7 +20,7 @@ import posixpath
 import fsspec
 import polars as pl
 
-from pipeline.probes.base import KINDS, ProbeInputError, ProbeSet
+from pipeline.probes.base import KINDS, MAX_TEXT_CHARS, ProbeInputError, ProbeSet, infer_kind
 
 REQUIRED = ("item_id", "text")
 ITEM_COLUMNS = ("item_id", "text", "kind", "lang", "source")
@@ -48,18 +48,31 @@ def read_text(url: str, storage_options: dict | None = None) -> str:
         ) from exc
 
 
+def _allow_fields_up_to(n: int) -> None:
+    # csv refuses fields over 131,072 characters with a bare "field larger than field limit"; no field can
+    # be longer than the text it is read from, so lifting the limit to that length lets the length check
+    # in Columns name the line and column instead. The limit is process-wide: it is only ever raised.
+    if csv.field_size_limit() < n:
+        csv.field_size_limit(n)
+
+
 def csv_records(text: str, url: str, delimiter: str = ",") -> list[tuple[int, dict]]:
     """``(line number, row)`` of each data row of a CSV/TSV text with a header line."""
+    _allow_fields_up_to(len(text) + 1)
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows = []
-    if reader.fieldnames is None:  # reading the header now makes line_num count from it
-        return rows
-    line = reader.line_num + 1
-    for row in reader:
-        if None in row:
-            raise ProbeInputError(f"{url}: line {reader.line_num} has more fields than the header.")
-        rows.append((line, row))
+    line = 1
+    try:
+        if reader.fieldnames is None:  # reading the header now makes line_num count from it
+            return rows
         line = reader.line_num + 1
+        for row in reader:
+            if None in row:
+                raise ProbeInputError(f"{url}: line {reader.line_num} has more fields than the header.")
+            rows.append((line, row))
+            line = reader.line_num + 1
+    except csv.Error as exc:
+        raise ProbeInputError(f"{url}: line {line} is not valid CSV ({exc}); fix the quoting on that line.") from exc
     return rows
 
 
@@ -100,6 +113,12 @@ class Columns:
         """Column ``col`` as strings; with ``integers`` whole numbers are allowed too (ids such as 17)."""
         out: list[str | None] = []
         for i, v in enumerate(self.require(col, role)):
+            if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
+                raise ProbeInputError(
+                    f"{self.url}: column {col!r} at {self.where(i)} holds {len(v):,} characters, over the "
+                    f"limit of {MAX_TEXT_CHARS:,}: almost surely a parsing accident (in a CSV, an unclosed "
+                    "quote swallows the lines after it); fix the quoting or shorten that value."
+                )
             if v is None or isinstance(v, str):
                 out.append(v)
             elif integers and isinstance(v, int) and not isinstance(v, bool):
@@ -162,6 +181,26 @@ def _constant_or(cols: Columns, col: str, default: str) -> list[str]:
     return [default] * len(next(iter(cols.values.values())))
 
 
+def _kinds(cols: Columns, texts: list[str | None], kind: str | None) -> tuple[list[str], str | None]:
+    """Each item's kind, and a note saying which kind was inferred (``None`` when none was)."""
+    if kind is not None:
+        if kind not in KINDS:
+            raise ProbeInputError(f"kind {kind!r} is not one of {sorted(KINDS)}.")
+        return [kind] * len(texts), None
+    given = cols.strings("kind") if "kind" in cols.values else [None] * len(texts)
+    missing = [t for t, k in zip(texts, given, strict=True) if not k]
+    if not missing:
+        return list(given), None
+    # kind decides whether items get a zipf (and so every frequency-controlled statistic): never a silent default
+    inferred = infer_kind(missing)
+    reason = ("every text is one word without whitespace" if inferred == "word"
+              else "some texts are more than one word")
+    where = f"its {len(missing)} items" if len(missing) == len(texts) else f"{len(missing)} items without a kind"
+    note = (f"kind {inferred!r} inferred for {where} ({reason}); to choose another of {sorted(KINDS)}, add a "
+            "kind column or pass --kind to `normaudit probes add`")
+    return [k or inferred for k in given], note
+
+
 def read_probe_file(
     url: str,
     name: str,
@@ -183,7 +222,9 @@ def read_probe_file(
         properties: property name -> column; ``None`` takes every column other than the item
             columns (``item_id``, ``text``, ``kind``, ``lang``, ``source``, ``id_col``, ``text_col``) under
             its own name.
-        kind: kind of every item (overrides a ``kind`` column; default ``sentence``).
+        kind: kind of every item (overrides a ``kind`` column). Without it, items the ``kind`` column
+            leaves empty get the kind :func:`~pipeline.probes.base.infer_kind` infers (``word`` when every
+            such text is one whitespace-free token, else ``sentence``), said in the set's ``notes``.
         lang: language of every item (overrides a ``lang`` column; default ``und``).
 
     Raises:
@@ -193,12 +234,11 @@ def read_probe_file(
     role = {id_col: "--id", text_col: "--text"}
     ids = cols.strings(id_col, role[id_col] if id_col != "item_id" else "item id", integers=True)
     texts = cols.strings(text_col, role[text_col] if text_col != "text" else "text")
-    if kind is not None and kind not in KINDS:
-        raise ProbeInputError(f"kind {kind!r} is not one of {sorted(KINDS)}.")
+    kinds, note = _kinds(cols, texts, kind)
     items = pl.DataFrame({
         "item_id": pl.Series(ids, dtype=pl.String),
         "text": pl.Series(texts, dtype=pl.String),
-        "kind": [kind] * len(ids) if kind else _constant_or(cols, "kind", "sentence"),
+        "kind": kinds,
         "lang": [lang] * len(ids) if lang else _constant_or(cols, "lang", "und"),
         "source": _constant_or(cols, "source", url),
     })
@@ -214,4 +254,7 @@ def read_probe_file(
     kwargs = {"properties": pl.concat(frames)} if frames else {}
     from pipeline.probes.frequency import with_zipf
 
-    return with_zipf(ProbeSet(name=name, items=items, origin=url, **kwargs))
+    ps = with_zipf(ProbeSet(name=name, items=items, origin=url, **kwargs))
+    if note:
+        ps.notes.append(note)
+    return ps

@@ -1,0 +1,149 @@
+"""What an audit checks before Prefect or Dask start, so bad input fails in a second rather than a minute.
+
+:func:`check_audit_inputs` resolves the model (registry name, directory or hub id: existence, layout,
+``weights_sha256``, fingerprint) and loads and validates every probe set, in the CLI's own process. The
+flow, which runs in the same process, resolves the model again from the in-process caches of
+:mod:`pipeline.models` and :mod:`pipeline.hub` (no second hash of the weights, no second hub call).
+
+It also looks at the texts with the model's own tokenizer (the ``tokenizers`` library only: no torch):
+a text that becomes nothing but the unknown token (``[UNK]``) embeds exactly like every other such text,
+so those items are counted and named in a warning, and a probe set made only of them stops the audit
+before anything is embedded. ``normaudit probes add`` knows no model yet; it runs the same count with
+the default model's tokenizer (:data:`DEFAULT_MODEL`, when installed) and says which tokenizer it used.
+
+Nothing here imports torch or transformers, Prefect or Dask.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipeline.models import ResolvedModel, get_spec, model_dir, resolve_model, transformer_dir
+
+if TYPE_CHECKING:  # polars and the probe readers load only once the model is known to exist
+    from pipeline.probes.base import ProbeSet
+
+__all__ = ["DEFAULT_MODEL", "Preflight", "check_audit_inputs", "check_probe_sets", "default_tokenizer_warning",
+           "unknown_only_items"]
+
+DEFAULT_MODEL = "minilm-l6"  # the model the README's examples audit
+
+
+@dataclass
+class Preflight:
+    """What the pre-flight resolved, and what the CLI should tell the user before the audit starts."""
+
+    resolved: ResolvedModel
+    probe_sets: list[ProbeSet]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Vocabulary:
+    tokenizer: object  # tokenizers.Tokenizer
+    unk_id: int | None
+    unk_token: str
+
+
+def _vocabulary(path: str | Path) -> _Vocabulary | None:
+    """The fast tokenizer of a model directory, without padding or truncation; ``None`` when it has no
+    ``tokenizer.json`` or no unknown token (byte-level vocabularies spell every text)."""
+    for d in dict.fromkeys((Path(path), transformer_dir(path))):
+        file = d / "tokenizer.json"
+        if file.is_file():
+            break
+    else:
+        return None
+    from tokenizers import Tokenizer
+
+    text = file.read_text(encoding="utf-8")
+    model = json.loads(text).get("model", {})
+    tok = Tokenizer.from_str(text)
+    tok.no_padding()
+    tok.no_truncation()
+    unk_id = tok.token_to_id(model["unk_token"]) if model.get("unk_token") else model.get("unk_id")
+    if unk_id is None:
+        return None
+    return _Vocabulary(tok, unk_id, tok.id_to_token(unk_id) or "[UNK]")
+
+
+def unknown_only_items(ps: ProbeSet, vocab: _Vocabulary) -> list[str]:
+    """Item ids whose text tokenizes (without special tokens) to nothing but the unknown token, or to nothing."""
+    texts = ps.items["text"].to_list()
+    unique = list(dict.fromkeys(texts))
+    encoded = vocab.tokenizer.encode_batch(unique, add_special_tokens=False)
+    blank = {t for t, e in zip(unique, encoded, strict=True) if all(i == vocab.unk_id for i in e.ids)}
+    return [i for i, t in zip(ps.items["item_id"].to_list(), texts, strict=True) if t in blank]
+
+
+def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, whose: str) -> str:
+    shown = f"item_id {ids[:5]}{' ...' if len(ids) > 5 else ''}"
+    if len(ids) == n:
+        return (f"probe set {ps.name!r}: all {n} texts are nothing but the unknown token {vocab.unk_token} for "
+                f"{whose} ({shown}): every item would embed alike, so there is nothing to measure; check the "
+                "file's encoding and language, or audit with a model whose vocabulary covers them")
+    return (f"probe set {ps.name!r}: {len(ids)} of {n} texts are nothing but the unknown token "
+            f"{vocab.unk_token} for {whose} ({shown}): they all embed alike and measure nothing; check the "
+            "file's encoding and language, or drop those items")
+
+
+def check_audit_inputs(settings, model: str, probes: list[str], limit: int | None = None) -> Preflight:
+    """Resolve the model and load every probe set, raising before anything is started or written.
+
+    Args:
+        settings: the audit's settings (the root holds stored probe sets; probe files use its storage options).
+        model: registry name, model directory or ``hf:ORG/NAME[@REV]``, as given to ``normaudit audit``.
+        probes: probe set names or probe files.
+        limit: only the first ``limit`` items of each set are audited (and checked for unknown tokens).
+
+    Returns:
+        The resolved model, the loaded probe sets, notes (kinds that were inferred) and warnings (items
+        that are only the unknown token).
+
+    Raises:
+        ModelNotFoundError, ModelIntegrityError: the model cannot be found, fetched or trusted.
+        ProbeInputError: a probe set is unknown or invalid, or every text of one is the unknown token.
+    """
+    return check_probe_sets(settings, resolve_model(get_spec(model)), probes, limit)
+
+
+def check_probe_sets(settings, resolved: ResolvedModel, probes: list[str], limit: int | None = None) -> Preflight:
+    """The probe-set half of :func:`check_audit_inputs`, for a model already resolved."""
+    from pipeline.probes import load_probe_set
+    from pipeline.probes.base import ProbeInputError
+    from pipeline.store import open_store
+
+    store = open_store(settings)
+    sets = [load_probe_set(spec, settings.storage_options(), store=store) for spec in probes]
+    out = Preflight(resolved, sets, notes=[f"{ps.name}: {n}" for ps in sets for n in ps.notes])
+    vocab = _vocabulary(resolved.path)
+    for ps in sets:
+        audited = ps.head(limit)
+        ids = unknown_only_items(audited, vocab) if vocab is not None else []
+        if not ids:
+            continue
+        message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {resolved.spec.name!r}")
+        if len(ids) == audited.items.height:
+            raise ProbeInputError(message)
+        out.warnings.append(message)
+    return out
+
+
+def default_tokenizer_warning(ps: ProbeSet) -> str | None:
+    """The unknown-token warning for ``ps`` with :data:`DEFAULT_MODEL`'s tokenizer, or ``None`` (no such
+    items, or that model is not installed: ``normaudit audit`` checks again with the audited model)."""
+    try:
+        vocab = _vocabulary(model_dir(get_spec(DEFAULT_MODEL)))
+    except LookupError:
+        return None
+    if vocab is None:
+        return None
+    ids = unknown_only_items(ps, vocab)
+    if not ids:
+        return None
+    whose = f"the tokenizer of the default model {DEFAULT_MODEL!r} (an audit checks again with its own model)"
+    return _unknown_message(ps, ids, ps.items.height, vocab, whose)
