@@ -104,6 +104,12 @@ def audit(
     except ValidationError as exc:
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
     overrides["root"] = settings.root
+    from pipeline.models import get_spec, resolve_model
+
+    try:  # first, as it needs the fewest imports: a mistyped --model fails at once
+        resolved = resolve_model(get_spec(model))
+    except (ValueError, LookupError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
     from pipeline.names import check_name
     from pipeline.store import StorageError, open_store
 
@@ -114,6 +120,16 @@ def audit(
         open_store(settings).check_writable()
     except (ValueError, StorageError) as exc:
         _fail(str(exc))
+    from pipeline.preflight import check_probe_sets
+
+    try:  # every probe set, before Prefect and Dask start: bad input fails in a second, not a minute
+        checked = check_probe_sets(settings, resolved, probes, limit)
+    except (ValueError, LookupError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+    for note in checked.notes:
+        typer.echo(f"note: {note}", err=True)
+    for warning in checked.warnings:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     from flows.boot import start_api, start_local_cluster
 
     start_api()  # both boot in other processes while the imports below run (seconds each)
@@ -273,7 +289,9 @@ def probes_add(
     id_col: Annotated[str | None, typer.Option("--id", help="column with the id (default: item_id)")] = None,
     prop: Annotated[list[str] | None, typer.Option(
         "--property", help="COL or NAME=COL, repeatable (default: every other column)")] = None,
-    kind: Annotated[str | None, typer.Option(help="item kind: word, sentence, query, doc or pair")] = None,
+    kind: Annotated[str | None, typer.Option(help="item kind: word, sentence, query, doc or pair (default: "
+                                             "the kind column, else word when every text is one word, else "
+                                             "sentence; the choice is printed)")] = None,
     lang: Annotated[str | None, typer.Option(help="language of every item (words get wordfreq zipf)")] = None,
     fmt: Annotated[str | None, typer.Option(
         "--format", help="table (default), rating-norms, label-counts or beir")] = None,
@@ -295,6 +313,12 @@ def probes_add(
                            id_col=id_col, text_col=text, properties=props, kind=kind, lang=lang, split=split)
     except (ValueError, FileNotFoundError, PermissionError) as exc:
         _fail(str(exc))
+    from pipeline.preflight import default_tokenizer_warning
+
+    for note in ps.notes:
+        typer.echo(f"note: {note}", err=True)
+    if (warning := default_tokenizer_warning(ps)) is not None:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     s = summarize(ps, "stored")
     typer.echo(f"stored probe set {name!r}: {s['items']} items ({s['kinds']}); properties: "
                f"{s['properties'] or '-'}; relations: {s['relations'] or '-'}")

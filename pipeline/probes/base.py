@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipeline.names import check_name
+from pipeline.validate import MAX_TEXT_CHARS  # the probe_items suite's limit, enforced here before any write
 
 ITEM_SCHEMA = {
     "item_id": pl.String, "text": pl.String, "kind": pl.String, "lang": pl.String, "source": pl.String,
@@ -22,6 +23,15 @@ ITEM_SCHEMA = {
 PROPERTY_SCHEMA = {"item_id": pl.String, "property": pl.String, "value": pl.Float64}
 RELATION_SCHEMA = {"left_id": pl.String, "right_id": pl.String, "relation": pl.String, "value": pl.Float64}
 KINDS = frozenset({"word", "sentence", "query", "doc", "pair"})
+
+
+def infer_kind(texts: Iterable[str | None]) -> str:
+    """``word`` when every text is one whitespace-free token (surrounding spaces aside), else ``sentence``.
+
+    The kind decides whether items get a wordfreq ``zipf`` and so every frequency-controlled statistic,
+    which is why callers say which kind they inferred.
+    """
+    return "word" if all(t is not None and len(t.split()) == 1 for t in texts) else "sentence"
 
 
 def text_sha256(texts: Iterable[str]) -> list[str]:
@@ -53,6 +63,8 @@ class ProbeSet:
     # the text template the items were embedded in (e.g. "This is a {}."), None for bare items; it changes
     # the embedded text but not the item ids, so it is part of the shard hash (see shard_params)
     template: str | None = None
+    # what a reader chose for the user (an inferred kind, ...): the CLI prints these; not part of the data
+    notes: list[str] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
         check_name(self.name, what="probe set name")
@@ -110,6 +122,13 @@ def validate_probe_set(ps: ProbeSet) -> None:
         raise ProbeInputError(
             f"{where}: empty text in row {_rows(empty)} (item_id "
             f"{items.filter(empty)['item_id'].head(3).to_list()}); remove the row or give it text."
+        )
+    long = items["text"].str.len_chars() > MAX_TEXT_CHARS
+    if long.any():
+        first = items.filter(long).row(0, named=True)
+        raise ProbeInputError(
+            f"{where}: column 'text' in row {_rows(long)} (item_id {items.filter(long)['item_id'].head(3).to_list()}) "
+            f"holds {len(first['text']):,} characters, over the limit of {MAX_TEXT_CHARS:,}; shorten or split it."
         )
     bad_kind = ~items["kind"].is_in(list(KINDS))
     if bad_kind.any():
