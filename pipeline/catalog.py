@@ -120,19 +120,43 @@ def _embeddings_view(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
         "and e.item_id = p.item_id and e.text_sha256 = p.text_sha256"))
 
 
-def connect() -> duckdb.DuckDBPyConnection:
+def connect(sandbox: Store | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection, set up as the catalog's (and the analysis benchmark's) are.
 
     Buffer memory DuckDB frees is kept by its block allocator, up to the memory limit, until the connection
     closes, instead of going back to the operating system between operators: the analyses free and reallocate
     gigabytes per query at millions of items, and faulting those pages in again from the kernel took about a
     tenth of the analysis suite's time (benchmarks/analysis_suite.py). Close the connection to give it back.
+
+    With ``sandbox`` (a store), the connection can read files under that store's root and nothing else:
+    DuckDB's external access is off with the root as its only allowed directory (DuckDB resolves ``..``
+    and symbolic links before comparing), extensions are never installed or loaded automatically (a URL
+    it cannot read fails instead of downloading one), and Python variables are not scanned as tables.
+    :func:`open_catalog` registers an ``s3://`` root's s3fs with it, so DuckDB reads that root (and only it,
+    whatever else the credentials reach) through the store's own filesystem.
     """
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config={
+        "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+        "python_enable_replacements": False,
+    } if sandbox else {})
     # the setting can be raised but never lowered on a live database: set once, here, to the default limit
     limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
     con.execute(f"set block_allocator_memory = '{limit}'")  # a setting takes a literal, not a parameter
+    if sandbox:
+        # DuckDB refuses allowed_directories in the connect config (the database is not started yet)
+        # and once external access is off: set it first, then close access
+        dirs = ", ".join("'" + d.replace("'", "''") + "'" for d in sandbox_directories(sandbox))
+        con.execute(f"set allowed_directories = [{dirs}]")
+        con.execute("set enable_external_access = false")
     return con
+
+
+def sandbox_directories(store: Store) -> list[str]:
+    """The directories a sandboxed connection may read: the store's root, under each name of its protocol."""
+    if store.is_local:
+        return [store.base.rstrip("/") + "/"]
+    protocols = (store.fs.protocol,) if isinstance(store.fs.protocol, str) else tuple(store.fs.protocol)
+    return [f"{p}://{store.base.rstrip('/')}/" for p in protocols]
 
 
 def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
@@ -187,9 +211,27 @@ def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
 
 
 def run_read_only(store: Store, query: str):
-    """Open the catalog, check ``query`` is read-only, run it; returns a DuckDB relation."""
-    con = open_catalog(store)
+    """Open a sandboxed catalog (:func:`connect`), check ``query`` is read-only, run it; returns a DuckDB relation.
+
+    Raises :class:`ReadOnlyError` for a statement that is not a SELECT/EXPLAIN, and for one that reads
+    anything outside the store's root (another path, URL or bucket): see :func:`outside_root_error`.
+    """
+    con = open_catalog(store, connect(sandbox=store))
     check_read_only(con, query)
     # Once the views exist nothing else needs configuring: lock it so SET cannot reopen access.
     con.execute("set lock_configuration = true")
-    return con.sql(query)
+    try:
+        return con.sql(query)
+    except duckdb.PermissionException as exc:
+        raise outside_root_error(exc, store) from exc
+
+
+def outside_root_error(exc: duckdb.PermissionException, store: Store) -> ReadOnlyError:
+    """The refusal to show for DuckDB's "Cannot access file" in a sandboxed catalog: what, and what is allowed."""
+    match = re.search(r'Cannot access file "([^"]*)"', str(exc))
+    what = f"the query reads {match.group(1)!r}, outside" if match else "the query reaches outside"
+    return ReadOnlyError(
+        f"refused: {what} the storage root. `normaudit sql` may only read the stored tables under "
+        f"{store.root_url} (the views embeddings, probe_items, results, runs, ... or files under that root); "
+        "no other file, URL, bucket or extension is reachable from it."
+    )

@@ -196,21 +196,27 @@ def sql(
     query: Annotated[str, typer.Argument(help="one read-only SELECT statement")],
     root: RootOpt = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="table, csv, json or parquet")] = OutputFormat.table,
-    output: Annotated[Path | None, typer.Option(help="write to this file (required for parquet)")] = None,
+    output: Annotated[Path | None, typer.Option(
+        help="write to this file, outside the root (required for parquet)")] = None,
     s3_endpoint_url: EndpointOpt = None,
 ) -> None:
-    """Run a read-only SQL query over the stored tables (DuckDB)."""
+    """Run a read-only SQL query over the stored tables (DuckDB); it can read nothing outside the root."""
     import duckdb
 
-    from pipeline.catalog import run_read_only
+    from pipeline.catalog import outside_root_error, run_read_only
     from pipeline.settings import load_settings
     from pipeline.store import open_store
 
     if format is OutputFormat.parquet and output is None:
         _fail("--format parquet writes a binary file: give --output PATH")
     settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
+    store = open_store(settings)
+    if output is not None and store.is_local and output.resolve().is_relative_to(Path(store.base).resolve()):
+        # the store is written only through its protocol (staging, manifests); a stray file there is not a table
+        _fail(f"refused: --output {output} is inside the storage root {settings.root}; "
+              "write the result somewhere outside it", code=2)
     try:
-        rel = run_read_only(open_store(settings), query)
+        rel = run_read_only(store, query)
     except PermissionError as exc:
         _fail(str(exc), code=2)
     except (ValueError, duckdb.Error) as exc:
@@ -219,6 +225,8 @@ def sql(
         return
     try:
         table = rel.to_arrow_table()
+    except duckdb.PermissionException as exc:  # a read the sandbox refused while the query ran
+        _fail(str(outside_root_error(exc, store)), code=2)
     except duckdb.Error as exc:
         _fail(f"query failed: {exc}")
     _write_output(table, format, output)
@@ -237,12 +245,27 @@ def _write_output(table, format: OutputFormat, output: Path | None) -> None:
     elif format is OutputFormat.json:
         text = frame.write_json()
     else:
-        with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=60):
-            text = str(frame) + "\n"
+        text = _table_text(frame)
     if output:
         output.write_text(text)
     else:
         sys.stdout.write(text)
+
+
+def _table_text(frame) -> str:
+    """The table layout (:mod:`pipeline.cli_table`) for the terminal's width, with a hint when values were cut."""
+    import shutil
+
+    from pipeline.cli_table import MAX_ROWS, render
+
+    numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
+    # $COLUMNS first, then the terminal, else 80; a file gets the same layout as the screen would
+    width = shutil.get_terminal_size().columns
+    shown = render(frame.columns, frame.head(MAX_ROWS).rows(), frame.height, width, numeric)
+    if shown.shortened:
+        typer.echo("hint: values or rows were shortened to fit; --format csv or --format json prints them in full",
+                   err=True)
+    return shown.text
 
 
 def _flatten(frame):

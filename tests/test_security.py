@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.catalog import ReadOnlyError, run_read_only
+from pipeline.catalog import SCHEMAS, ReadOnlyError, run_read_only
 from pipeline.cli import app
 from pipeline.store import Store
 
@@ -52,7 +57,8 @@ def test_sql_refuses_everything_that_writes_or_reconfigures(tmp_path, query):
 
 
 def test_sql_reads_files_and_explains(tmp_path):
-    csv = tmp_path / "side.csv"
+    csv = tmp_path / "root" / "side.csv"  # inside the root: the sandbox lets it through
+    csv.parent.mkdir()
     csv.write_text("a,b\n1,2\n")
     store = Store(str(tmp_path / "root"))
     assert run_read_only(store, f"select * from read_csv('{csv}')").fetchall() == [(1, 2)]
@@ -135,3 +141,178 @@ def test_credentials_never_reach_storage_logs_or_prefect(tmp_path, s3_server, mo
     blob += "\n".join(log.message for log in logs)
     for needle in needles:
         assert needle not in blob
+
+
+# ---------- the `sql` sandbox: a query reads the store and nothing else ----------
+
+CLI = Path(sys.executable).parent / "normaudit"
+ONLY_ROOT = "may only read the stored tables under"
+RUN_ID = "20261201T000000-0123abcd"
+SECRET = f"not-for-sql-{uuid.uuid4().hex}"
+# the README's three queries (Quick start), then its s3 example and its theory-lab one
+README_QUERIES = [
+    ([], "select property, statistic, round(value, 4) as value, n from results order by property"),
+    (["--format", "csv"], "select item_id, norm from embeddings order by norm desc limit 5"),
+    (["--format", "parquet", "--output", "vectors.parquet"], "select item_id, vector::FLOAT[384] as v from embeddings"),
+    (["--format", "csv"], "select count(*) from embeddings"),
+    (["--format", "csv"], "select * from '{root}/theory/lab-0123/sweep.parquet'"),
+]
+EVERY_VIEW = "select " + ", ".join(f"(select count(*) from {v}) as {v}" for v in SCHEMAS)
+
+
+def _store_release(store: Store) -> None:
+    """40 committed word embeddings (dim 384), their norm_vs_property results, a run and a theory output."""
+    from pipeline.analysis import run_analysis
+    from pipeline.catalog import open_catalog
+    from pipeline.runs import RunRecord, write_results, write_run
+    from tests.helpers import store_synthetic, word_probe_set
+
+    n = 40
+    ps = word_probe_set("words", n, {"zipf": np.linspace(1, 6, n), "length": (np.arange(n) % 7).astype(float)})
+    store_synthetic(store, "m", "r", ps, np.linspace(0.5, 3.0, n), dim=384, shard_size=16)
+    con = open_catalog(store)
+    write_results(store, RUN_ID, "norm_vs_property", run_analysis(con, "norm_vs_property", "m", "r", RUN_ID,
+                                                                   resamples=20))
+    con.close()
+    write_run(store, RunRecord(RUN_ID, "m", "r", "f" * 64, "words", {"shard_size": 16}, status="completed"))
+    store.write_table("theory/lab-0123/sweep.parquet", pa.table({"lr": [0.1, 0.3], "r2": [0.8, 0.9]}))
+
+
+@pytest.fixture(scope="module")
+def stored_root(tmp_path_factory) -> Path:
+    """A file:// root with a stored release, a CSV beside it and a link inside it pointing at that CSV."""
+    base = tmp_path_factory.mktemp("sandbox")
+    root = base / "root"
+    _store_release(Store(str(root)))
+    (base / "side.csv").write_text("a,b\n1,2\n")
+    (root / "link.csv").symlink_to(base / "side.csv")
+    return root
+
+
+def _sql(root, query: str, *args: str, home: Path, cwd: Path | None = None, columns: int = 80):
+    """The installed CLI as a user runs it: no PREFECT_API_URL, a fresh HOME (where DuckDB keeps extensions)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(HOME=str(home), COLUMNS=str(columns), NORMAUDIT_TEST_SECRET=SECRET)
+    return subprocess.run([str(CLI), "sql", "--root", str(root), *args, query], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def _fresh_home(tmp_path: Path) -> Path:
+    """A HOME holding only a Prefect database, which no query may read."""
+    home = tmp_path / "home"
+    (home / ".prefect").mkdir(parents=True)
+    (home / ".prefect" / "prefect.db").write_bytes(b"SQLite format 3\x00" + SECRET.encode())
+    return home
+
+
+def _home_untouched(home: Path) -> bool:
+    """Nothing was installed or downloaded: no ~/.duckdb (extensions) or anything else appeared."""
+    return sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == [".prefect", ".prefect/prefect.db"]
+
+
+OUTSIDE_READS = [
+    "select * from read_text('/proc/self/environ')",
+    "select * from read_blob('/etc/shadow')",
+    "select * from glob('/root/*')",
+    "select * from read_csv('{base}/side.csv')",
+    "select * from read_csv('{root}/../side.csv')",
+    "select * from read_csv('{root}/link.csv')",
+    "select * from read_blob('{home}/.prefect/prefect.db')",
+    "select * from read_csv('https://example.com/data.csv')",
+    "select * from read_parquet('s3://some-bucket/data.parquet')",
+    "select count(*) from results where exists (select * from read_text('/proc/self/environ'))",
+    "explain analyze select * from read_text('/proc/self/environ')",
+]
+
+
+@pytest.mark.parametrize("query", OUTSIDE_READS)
+def test_sql_refuses_reads_outside_the_root(stored_root, tmp_path, query):
+    home = _fresh_home(tmp_path)
+    out = _sql(stored_root, query.format(root=stored_root, base=stored_root.parent, home=home), home=home)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "refused" in out.stderr and f"{ONLY_ROOT} {stored_root}" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("error:") == 1
+    assert SECRET not in out.stdout + out.stderr
+    assert _home_untouched(home)  # a URL made DuckDB neither install nor load an extension
+
+
+def test_sql_readme_queries_and_every_view_run_in_the_sandbox(stored_root, tmp_path):
+    home = _fresh_home(tmp_path)
+    outs = [_sql(stored_root, q.format(root=stored_root), *args, home=home, cwd=tmp_path) for args, q in README_QUERIES]
+    assert [o.returncode for o in outs] == [0] * len(outs), [o.stderr for o in outs]
+    assert all(word in outs[0].stdout for word in ("zipf", "length", "spearman")), outs[0].stdout
+    lines = outs[1].stdout.splitlines()
+    assert lines[0] == "item_id,norm" and len(lines) == 6 and float(lines[1].split(",")[1]) == pytest.approx(3.0)
+    vectors = pl.read_parquet(tmp_path / "vectors.parquet")
+    assert vectors.height == 40 and vectors["v"].dtype == pl.Array(pl.Float32, 384)
+    assert outs[3].stdout.splitlines()[1:] == ["40"] and outs[4].stdout.splitlines()[1:] == ["0.1,0.8", "0.3,0.9"]
+    views = _sql(stored_root, EVERY_VIEW, "--format", "json", home=home)
+    assert views.returncode == 0, views.stderr
+    counts = pl.read_json(views.stdout.encode()).row(0, named=True)
+    assert counts["embeddings"] == counts["probe_items"] == 40 and counts["results"] > 0 and counts["runs"] == 1
+    # a relative root and a relative path under it, as a user in the folder above writes them
+    rel = _sql("root", "select count(*) as n from 'root/results/*/*.parquet'", "--format", "csv", home=home,
+               cwd=stored_root.parent)
+    assert rel.returncode == 0 and rel.stdout.splitlines()[1] == str(counts["results"]), rel.stderr
+    assert _home_untouched(home)
+
+
+def test_sql_sandbox_on_an_s3_root(s3_env, tmp_path):
+    import s3fs
+
+    from pipeline.settings import load_settings
+    from pipeline.store import open_store
+
+    store = open_store(load_settings(root=s3_env))
+    _store_release(store)
+    bucket = s3_env.removeprefix("s3://").split("/")[0]
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    fs.mkdir(other)
+    for path in (f"{other}/x.csv", f"{bucket}/elsewhere/x.csv", f"{bucket}/normaudit-sibling/x.csv"):
+        fs.pipe_file(path, b"a,b\n1,2\n")
+    home = _fresh_home(tmp_path)
+    for args, query in README_QUERIES:
+        out = _sql(s3_env, query.format(root=s3_env), *args, home=home, cwd=tmp_path)
+        assert out.returncode == 0, (query, out.stderr)
+    assert pl.read_parquet(tmp_path / "vectors.parquet").height == 40
+    views = _sql(s3_env, EVERY_VIEW, "--format", "json", home=home)
+    assert views.returncode == 0 and pl.read_json(views.stdout.encode())["embeddings"][0] == 40, views.stderr
+    for url in (f"s3://{other}/x.csv", f"s3a://{other}/x.csv", f"s3://{bucket}/elsewhere/x.csv",
+                f"s3://{bucket}/normaudit-sibling/x.csv", f"{s3_env}/../elsewhere/x.csv",
+                "https://example.com/data.csv"):
+        out = _sql(s3_env, f"select * from read_csv('{url}')", home=home)
+        assert out.returncode == 2 and f"{ONLY_ROOT} {s3_env}" in out.stderr, (url, out.stdout, out.stderr)
+    assert _home_untouched(home)
+
+
+def test_sql_output_inside_the_root_is_refused(stored_root, tmp_path):
+    home = _fresh_home(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    for target in (stored_root / "out.csv", tmp_path / "elsewhere" / ".." / ".." / stored_root.parent.name / "root"
+                   / "results" / "x.parquet"):
+        out = _sql(stored_root, "select 1 as x", "--format", "csv", "--output", str(target), home=home)
+        assert out.returncode == 2 and f"inside the storage root {stored_root}" in out.stderr, out.stderr
+        assert not target.exists()
+    out = _sql(stored_root, "select 1 as x", "--format", "csv", "--output", str(tmp_path / "x.csv"), home=home)
+    assert out.returncode == 0 and (tmp_path / "x.csv").read_text().splitlines() == ["x", "1"]
+
+
+def test_sql_table_of_wide_rows_fits_the_terminal(stored_root, tmp_path):
+    from rich.cells import cell_len
+
+    home = _fresh_home(tmp_path)
+    out = _sql(stored_root, "select * from results order by property", home=home, columns=80)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80, "\n".join(line for line in lines if cell_len(line) > 80)
+    for value in (RUN_ID, "norm_vs_property", "zipf", "length", "spearman", "words"):
+        assert value in out.stdout
+    n_results = pl.read_parquet(stored_root / "results" / RUN_ID / "norm_vs_property.parquet").height
+    assert lines[-1] == f"({n_results} rows)" and sum(line.startswith("run_id ") for line in lines) == n_results
+    narrow = _sql(stored_root, README_QUERIES[0][1], home=home, columns=80)  # four columns fit: one line a row
+    assert narrow.stdout.splitlines()[0].split() == ["property", "statistic", "value", "n"]
+    assert len(narrow.stdout.splitlines()) == n_results + 3 and "hint" not in narrow.stderr
+    long = _sql(stored_root, "select repeat('x', 500) as long, 'a' || chr(10) || 'b' as two_lines", home=home)
+    assert max(cell_len(line) for line in long.stdout.splitlines()) <= 80 and "a\\nb" in long.stdout
+    assert "…" in long.stdout and "--format csv" in long.stderr
