@@ -33,6 +33,8 @@ from concurrent.futures import Future
 from threading import Thread
 
 _STARTUP_TIMEOUT_S = 120.0
+# Long enough for a worker to start (imports) or be restarted by its nanny on a slow machine.
+NO_WORKERS_TIMEOUT = "120s"
 
 
 class TemporaryAPI:
@@ -56,10 +58,15 @@ class TemporaryAPI:
             "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", os.path.dirname(prefect_dir), "--factory",
+            # under pipeline.parent_watch: the server stops when this process is gone, even after a SIGKILL
+            [sys.executable, "-m", "pipeline.parent_watch", str(os.getpid()),
+             "uvicorn", "--app-dir", os.path.dirname(prefect_dir), "--factory",
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "error", "--lifespan", "on"],
             env=env,
+            # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not stop the
+            # API under the run, which still records its end there; this process stops it afterwards.
+            process_group=0,
         )
         # Registered before Prefect registers its own exit handlers, so it runs after them
         # (atexit is last-in first-out): queued logs and events reach the server first.
@@ -123,6 +130,11 @@ def stop_api() -> None:
         _api = None
 
 
+def current_api() -> TemporaryAPI | None:
+    """This process's temporary API, if one was started and not stopped."""
+    return _api
+
+
 def local_cluster_kwargs(settings) -> dict:
     """Keyword arguments of the default local cluster of worker processes."""
     return {
@@ -135,7 +147,8 @@ def local_cluster_kwargs(settings) -> dict:
         # machine never contend for 8787
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
         "silence_logs": logging.WARNING,
-        "preload": ["pipeline.warmup", "pipeline.worker_exit"],
+        # worker_exit first: it makes the worker ignore Ctrl-C before warmup spends seconds importing torch
+        "preload": ["pipeline.worker_exit", "pipeline.warmup"],
     }
 
 
@@ -160,11 +173,16 @@ def start_local_cluster(settings) -> Future | None:
 
         def run():
             try:
+                import dask
                 from distributed import LocalCluster
 
                 # The scheduler first, then workers in the background: a flow can start (and queue
-                # its first tasks) while the workers still import torch.
-                cluster = LocalCluster(**{**kwargs, "n_workers": 0})
+                # its first tasks) while the workers still import torch. Tasks that no worker can take
+                # for NO_WORKERS_TIMEOUT fail (Dask's own setting, unless the user set it): a lost
+                # worker that never comes back ends the audit with an error instead of a wait forever.
+                timeout = dask.config.get("distributed.scheduler.no-workers-timeout") or NO_WORKERS_TIMEOUT
+                with dask.config.set({"distributed.scheduler.no-workers-timeout": timeout}):
+                    cluster = LocalCluster(**{**kwargs, "n_workers": 0})
                 cluster.scale(kwargs["n_workers"])
                 future.set_result(cluster)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future

@@ -8,7 +8,10 @@ import os
 from prefect_dask import DaskTaskRunner
 
 from flows.boot import local_cluster_kwargs, take_local_cluster
+from flows.interrupts import shielded
 from pipeline.settings import Settings
+
+CLUSTER_CLOSE_TIMEOUT_S = 4.0
 
 
 def dask_runner(settings: Settings) -> DaskTaskRunner:
@@ -34,8 +37,11 @@ def early_local_cluster(settings: Settings):
     try:
         yield lambda: future.result().scheduler_address
     finally:
-        with contextlib.suppress(Exception):
-            future.result().close()
+        # Bounded: a worker still starting is waited for by Dask's close; after an interrupt the run has
+        # recorded its end, and a worker left behind ends with this process (distributed's parent watch).
+        with shielded("stopping: closing the local Dask workers (a few seconds at most)"), \
+                contextlib.suppress(Exception):
+            future.result(timeout=CLUSTER_CLOSE_TIMEOUT_S).close(timeout=CLUSTER_CLOSE_TIMEOUT_S)
 
 
 def _runner_has_gpus() -> bool:
@@ -79,13 +85,18 @@ def prefect_api(while_booting=None):
     """
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from flows.boot import start_api, stop_api
+    from flows.boot import current_api, start_api, stop_api
 
     url = PREFECT_API_URL.value()
     updates = {}
-    if url:
+    api = current_api()
+    if url and (api is None or url != api.url):
         stop_api()  # started by the CLI before a profile's PREFECT_API_URL could be read
-    api = None if url else start_api()
+        api = None
+    elif url:
+        url = None  # this process's own temporary API, set by an enclosing prefect_api(): use it, never stop it
+    else:
+        api = start_api()
     if while_booting:
         while_booting()
     if api is not None:
@@ -101,6 +112,15 @@ def prefect_api(while_booting=None):
     try:
         with temporary_settings(updates={PREFECT_API_URL: url, **updates}):
             yield url
+    except Exception as exc:
+        if api is not None and api.process.poll() is not None:
+            raise RuntimeError(
+                f"the temporary Prefect API (pid {api.process.pid}) exited with code {api.process.returncode} "
+                f"during the run, so the run could not record its progress ({type(exc).__name__}). Committed "
+                "shards are kept: rerun the command, or set PREFECT_API_URL to a running server "
+                "(`prefect server start`)."
+            ) from exc
+        raise
     finally:
         if previous is None:
             os.environ.pop("PREFECT_API_URL", None)

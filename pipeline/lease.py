@@ -62,7 +62,7 @@ class Lease:
         return self.released or now > self.renewed_at + self.ttl_s or _holder_gone(self)
 
 
-def _process_started(pid: int) -> float | None:
+def process_started(pid: int) -> float | None:
     """Start time of a local process, None if there is none; ``inf`` when it cannot be inspected."""
     import psutil
 
@@ -74,14 +74,19 @@ def _process_started(pid: int) -> float | None:
         return float("inf")
 
 
-def _holder_gone(lease: Lease) -> bool:
-    if lease.host != socket.gethostname():
-        return False  # cannot see other hosts' processes: rely on the TTL
-    started = _process_started(lease.pid)
+def holder_alive(host: str, pid: int, pid_started: float | None) -> bool:
+    """Whether process ``pid`` started at ``pid_started`` on ``host`` may still run (True for other hosts)."""
+    if host != socket.gethostname():
+        return True  # cannot see other hosts' processes: rely on the TTL
+    started = process_started(pid)
     if started == float("inf"):
-        return False
+        return True
     # a recycled pid has another start time
-    return started is None or abs(started - lease.pid_started) > 1.0
+    return started is not None and (pid_started is None or abs(started - pid_started) <= 1.0)
+
+
+def _holder_gone(lease: Lease) -> bool:
+    return not holder_alive(lease.host, lease.pid, lease.pid_started)
 
 
 def lease_dir(model: str, release: str) -> str:
@@ -126,7 +131,7 @@ def acquire(store: Store, model: str, release: str, run_id: str, ttl_s: float = 
         now = time.time()
         pid = os.getpid()
         lease = Lease(run_id, gen, uuid.uuid4().hex, socket.gethostname(), pid,
-                      _process_started(pid) or now, now, now, ttl_s)
+                      process_started(pid) or now, now, now, ttl_s)
         if store.create_exclusive(_gen_path(model, release, gen), lease.to_json()):
             for old in store.glob(f"{lease_dir(model, release)}/*.json"):
                 if old < _gen_path(model, release, gen):

@@ -1,5 +1,12 @@
-"""Dask preload of the *local* cluster's worker processes: leave without the interpreter's teardown.
+"""Dask preload of the *local* cluster's worker processes: ignore Ctrl-C, leave without the teardown.
 
+**Ctrl-C.** A terminal's Ctrl-C sends SIGINT to the whole process group, local workers included.
+A worker that died of it would be restarted by its nanny while the CLI stops the run, and
+closing a cluster whose worker is (re)starting waits for it. The CLI owns its local workers:
+they ignore SIGINT (set at import, the earliest moment a preload runs) and are stopped by the
+CLI once the run has recorded its end; if the CLI itself dies, ``distributed`` ends them.
+
+**Exit.**
 Tearing down torch, transformers and sentence-transformers module by module takes over a
 second on a small machine, and the audit waits for it when it closes its local cluster. A
 local worker has nothing left to save when its nanny closes it (results went back over the
@@ -12,7 +19,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
+import threading
+
+if threading.current_thread() is threading.main_thread():  # a preload is imported on the worker's main thread
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _leave_now() -> None:

@@ -62,7 +62,7 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
     assert take_local_cluster(settings) is first
     cluster = first.result(timeout=120)
     try:
-        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.warmup", "pipeline.worker_exit"]
+        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.worker_exit", "pipeline.warmup"]
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
     finally:
         cluster.close()
