@@ -9,7 +9,10 @@ text that has since changed is never joined to the new text.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+import uuid
 
 import duckdb
 
@@ -138,6 +141,9 @@ def connect(sandbox: Store | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:", config={
         "autoinstall_known_extensions": False, "autoload_known_extensions": False,
         "python_enable_replacements": False,
+        # DuckDB allows reading its spill directory too; its default, ./.tmp, may hold anything of the user's.
+        # A new name under the system's temp folder, created only if DuckDB spills and removed on close.
+        "temp_directory": os.path.join(tempfile.gettempdir(), f"normaudit-sql-{uuid.uuid4().hex}"),
     } if sandbox else {})
     # the setting can be raised but never lowered on a live database: set once, here, to the default limit
     limit = con.execute("select current_setting('memory_limit')").fetchone()[0]

@@ -215,9 +215,11 @@ OUTSIDE_READS = [
     "select * from read_blob('/etc/shadow')",
     "select * from glob('/root/*')",
     "select * from read_csv('{base}/side.csv')",
+    "select * from sniff_csv('{base}/side.csv')",  # read files with external access off in DuckDB < 1.1.3
     "select * from read_csv('{root}/../side.csv')",
     "select * from read_csv('{root}/link.csv')",
     "select * from read_blob('{home}/.prefect/prefect.db')",
+    "select * from read_text('.tmp/secret.txt')",  # DuckDB's default spill folder, which it lets queries read
     "select * from read_csv('https://example.com/data.csv')",
     "select * from read_parquet('s3://some-bucket/data.parquet')",
     "select count(*) from results where exists (select * from read_text('/proc/self/environ'))",
@@ -225,10 +227,25 @@ OUTSIDE_READS = [
 ]
 
 
+def test_sql_connection_is_locked_down(tmp_path):
+    root = tmp_path / "root"
+    got = run_read_only(Store(str(root)), "select " + ", ".join(f"current_setting('{name}')" for name in (
+        "enable_external_access", "allowed_directories", "autoinstall_known_extensions",
+        "autoload_known_extensions", "python_enable_replacements", "lock_configuration"))).fetchall()
+    (external, allowed, *rest), = got
+    # besides the root, only DuckDB's own spill folder: a new, empty one (not ./.tmp, where anything may be)
+    spill = [d for d in allowed if d != f"{root}/"]
+    assert not external and rest == [False, False, False, True] and f"{root}/" in allowed, allowed
+    assert len(spill) == 1 and "/normaudit-sql-" in spill[0] and not Path(spill[0]).exists()
+
+
 @pytest.mark.parametrize("query", OUTSIDE_READS)
 def test_sql_refuses_reads_outside_the_root(stored_root, tmp_path, query):
     home = _fresh_home(tmp_path)
-    out = _sql(stored_root, query.format(root=stored_root, base=stored_root.parent, home=home), home=home)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.txt").write_text(SECRET)
+    out = _sql(stored_root, query.format(root=stored_root, base=stored_root.parent, home=home), home=home,
+               cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "refused" in out.stderr and f"{ONLY_ROOT} {stored_root}" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and out.stderr.count("error:") == 1
