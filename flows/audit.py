@@ -9,6 +9,7 @@ analyses (``run_analyses``), compare with the previous release
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -17,14 +18,18 @@ from prefect import flow, get_run_logger
 from prefect.futures import as_completed
 
 from flows import tasks
+from flows.interrupts import Interrupted, is_interrupt, shielded
 from flows.runners import dask_runner, early_local_cluster, gpu_annotation, prefect_api
 from pipeline.compare import AlertThresholds, ReleaseRegression
 from pipeline.progress import reporter
-from pipeline.runs import RunRecord, new_run_id
+from pipeline.runs import RunRecord, new_run_id, run_status
 from pipeline.settings import Settings, load_settings
 from pipeline.steps import embedding_params, manifest_template
 from pipeline.store import open_store
 from pipeline.validate import warm_gates
+
+# How an audit that stopped early is recorded in ``runs``.
+INTERRUPTED, FAILED = "interrupted", "failed"
 
 
 @dataclass
@@ -75,7 +80,7 @@ def embed_probes(
             progress.start(ps.name, len(todo), sum(s.size for s in todo))
             embedded = 0
             for fut in as_completed(list(futures)):
-                part = fut.result()
+                part = _shard_result(fut, futures[fut])
                 rows, seconds = tasks.validate_and_commit(settings, part, futures[fut], template, run_id)
                 _add(out["timings"], part.timings | {"storage": part.timings["storage"] + seconds["storage"],
                                                       "validation": seconds["validation"]})
@@ -85,6 +90,24 @@ def embed_probes(
             out["embedded"][ps.name] = embedded
     tasks.commit_token_norms(settings, token_norms.result(), model, release, run_id)
     return out
+
+
+def _shard_result(fut, shard):
+    """The staged part of a shard; a shard no worker could take (Dask's no-workers-timeout) is named."""
+    try:
+        return fut.result()
+    except Exception as exc:
+        # imported here: distributed may still be importing on the local cluster's start-up thread
+        from distributed.scheduler import NoValidWorkerError
+
+        if not isinstance(exc, NoValidWorkerError):
+            raise
+        raise RuntimeError(
+            f"no Dask worker was available to embed shard {shard.shard_id} of probe set {shard.probe_set!r} "
+            f"for {exc.timeout:.0f} s: the workers were lost and none came back (their log lines are above; "
+            "distributed.scheduler.no-workers-timeout sets the wait). Committed shards are kept: rerun the "
+            "audit to embed the rest."
+        ) from exc
 
 
 @flow(name="run_analyses")
@@ -111,6 +134,7 @@ def audit_release(
     name: str | None = None,
     thresholds: dict | None = None,
     replace: bool = False,
+    run_id: str | None = None,
 ) -> AuditSummary:
     """Audit one model release end to end; fail the run when a statistic regressed past its threshold.
 
@@ -118,6 +142,11 @@ def audit_release(
     the environment by :mod:`pipeline.settings` and never pass through flow parameters.
     ``name`` labels the model in storage (default: the registry name or directory name).
     ``replace`` lets a probe file replace a stored probe set of the same name (else that is refused).
+    ``run_id`` (default: a new one) lets the caller clean up after the run if it is interrupted.
+
+    However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its
+    lease is released, its end is recorded and its uncommitted staging is removed, and no
+    second signal can cut that short (:func:`flows.interrupts.shielded`).
     """
     settings = load_settings(**(overrides or {}))
     timings: dict[str, float] = {}
@@ -128,7 +157,7 @@ def audit_release(
     model_name = name or resolved.spec.name
     release = release or resolved.fingerprint[:12]
     run = RunRecord(
-        run_id=new_run_id(), model=model_name, release=release, fingerprint=resolved.fingerprint,
+        run_id=run_id or new_run_id(), model=model_name, release=release, fingerprint=resolved.fingerprint,
         probe_set=",".join(probes),
         params={**embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
                 "batch_tokens": settings.batch_tokens, "device": settings.device},
@@ -136,6 +165,8 @@ def audit_release(
     tasks.register_run(settings, run)
     summary = AuditSummary(run.run_id, model_name, release, resolved.fingerprint, open_store(settings).root_url)
     try:
+        for abandoned in tasks.sweep_abandoned_runs(settings):  # runs a SIGKILL or a crash ended unrecorded
+            get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
         tasks.open_release(settings, model_name, release, run.run_id)  # one audit per release at a time
         t = time.perf_counter()
         embedded = embed_probes.with_options(task_runner=dask_runner(settings))(
@@ -154,12 +185,14 @@ def audit_release(
         run.status = "alerted" if summary.alerts.height else "completed"
         tasks.clean_staging(settings, run.run_id)
     except BaseException as exc:
-        run.status, run.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+        if is_interrupt(exc):
+            run.status, run.message = INTERRUPTED, f"interrupted by {_signal_name(exc)}"
+        else:
+            run.status, run.message = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         raise
     finally:
-        tasks.close_release(settings, model_name, release, run.run_id)  # lease back; Data Docs built
-        run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
-        tasks.register_run(settings, run)
+        with shielded():  # a second Ctrl-C waits for this: the lease and the run's end are always recorded
+            _record_end(settings, model_name, release, run, timings)
     t = time.perf_counter()
     summary.report = tasks.render_report(settings, model_name, release)  # after the run record: it shows it
     timings["report"] = time.perf_counter() - t
@@ -174,20 +207,66 @@ def audit_release(
     return summary
 
 
+def _signal_name(exc: BaseException) -> str:
+    signum = getattr(exc, "signal", None)  # Prefect's TerminationSignal carries it
+    if signum is not None:
+        return signal.Signals(signum).name
+    return str(exc) or "SIGINT (Ctrl-C)"
+
+
+def _record_end(settings: Settings, model: str, release: str, run: RunRecord, timings: dict) -> None:
+    """Give the lease back (Data Docs built), drop uncommitted staging, and record how the run ended.
+
+    After an interrupt the plain functions run, not tasks: the stop must not wait on the Prefect API
+    (a service manager's SIGTERM may have stopped it too), and the Data Docs are skipped.
+    """
+    interrupted = run.status == INTERRUPTED
+    step = (lambda t: t.fn) if interrupted else (lambda t: t)
+    if run.status in (FAILED, INTERRUPTED):  # parts never committed are never used: a rerun embeds them again
+        step(tasks.clean_staging)(settings, run.run_id)
+    step(tasks.close_release)(settings, model, release, run.run_id, data_docs=not interrupted)
+    run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
+    step(tasks.register_run)(settings, run)
+
+
 def run_audit(settings: Settings, model: str, probes: list[str], release: str | None = None,
               limit: int | None = None, overrides: dict | None = None, name: str | None = None,
               thresholds: dict | None = None, replace: bool = False) -> AuditSummary:
     """Run :func:`audit_release` in this process against one Prefect API (started here if needed).
 
     The local Dask cluster (when no scheduler address is set) starts while the API boots.
+    Ctrl-C or SIGTERM ends it with :class:`~flows.interrupts.Interrupted` once the run has
+    recorded its end and the local workers are stopped.
     """
     overrides = dict(overrides or {})
+    run_id = new_run_id()
     t = time.perf_counter()
-    with early_local_cluster(settings) as scheduler_address, prefect_api(while_booting=warm_gates):
-        api_start = time.perf_counter() - t
-        overrides["dask_address"] = scheduler_address()
-        cluster_wait = time.perf_counter() - t - api_start
-        summary = audit_release(model=model, probes=probes, release=release, limit=limit,
-                                overrides=overrides, name=name, thresholds=thresholds, replace=replace)
+    try:
+        with early_local_cluster(settings) as scheduler_address, prefect_api(while_booting=warm_gates):
+            api_start = time.perf_counter() - t
+            overrides["dask_address"] = scheduler_address()
+            cluster_wait = time.perf_counter() - t - api_start
+            summary = audit_release(model=model, probes=probes, release=release, limit=limit, overrides=overrides,
+                                    name=name, thresholds=thresholds, replace=replace, run_id=run_id)
+    except BaseException as exc:
+        if not is_interrupt(exc):
+            raise
+        raise _interrupted(settings, run_id) from exc
     summary.timings = {"api_start": api_start, "cluster_start_after_api": cluster_wait, **summary.timings}
     return summary
+
+
+def _interrupted(settings: Settings, run_id: str) -> Interrupted:
+    """After an interrupt: remove what a worker staged after the flow's cleanup; say what was kept."""
+    with shielded():
+        store = open_store(settings)
+        # a worker that was mid-shard may have staged its part after the flow removed the folder; the
+        # local workers are stopped now (an external cluster's stragglers go at the next audit's sweep)
+        store.rm(f"staging/{run_id}", recursive=True)
+        status = run_status(store, run_id)
+    if status is None:
+        return Interrupted("interrupted before the run started: nothing was written")
+    return Interrupted(
+        f"interrupted: run {run_id} is recorded as {status}, its lease is released and its staging removed; "
+        "every committed shard is kept, and rerunning the same command embeds only the rest"
+    )

@@ -18,8 +18,6 @@ import signal
 import sys
 import threading
 
-from prefect.exceptions import TerminationSignal
-
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 
 
@@ -29,7 +27,21 @@ class Interrupted(KeyboardInterrupt):
 
 def is_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is Ctrl-C or SIGTERM (as Python or as Prefect raise them)."""
+    # imported here: the CLI installs its handlers before Prefect is imported (seconds of imports)
+    from prefect.exceptions import TerminationSignal
+
     return isinstance(exc, (KeyboardInterrupt, TerminationSignal))
+
+
+def _note_stopping(signum, frame) -> None:  # noqa: ARG001 - the signal handler protocol
+    print("stopping: the run has recorded its end; exiting", file=sys.stderr, flush=True)
+
+
+def ignore_further_interrupts() -> None:
+    """After the run recorded its end: a further Ctrl-C or SIGTERM only notes that the CLI is exiting."""
+    if _in_main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _note_stopping)
 
 
 def _in_main_thread() -> bool:
@@ -77,3 +89,27 @@ def shielded(note: str = "stopping: finishing the cleanup first"):
             signal.signal(s, handler)
     if received:
         raise KeyboardInterrupt(signal.Signals(received[0]).name)
+
+
+def interruptible(command):
+    """Decorate a CLI command: SIGTERM acts as Ctrl-C, and an interrupt ends it with one `error:` line and 130.
+
+    The run itself has recorded its end by then (:func:`flows.audit.run_audit`); this only turns the
+    interrupt into what a shell expects from a Ctrl-C'd command, without a traceback.
+    """
+    import functools
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        import typer
+
+        with terminate_as_interrupt():
+            try:
+                return command(*args, **kwargs)
+            except KeyboardInterrupt as exc:
+                ignore_further_interrupts()
+                message = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was recorded yet"
+                typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return run

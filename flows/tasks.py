@@ -88,12 +88,12 @@ def open_release(settings, model: str, release: str, run_id: str):
 
 
 @task(cache_policy=NONE)
-def close_release(settings, model: str, release: str, run_id: str):
-    """Release the lease and build the run's Data Docs next to the data."""
+def close_release(settings, model: str, release: str, run_id: str, data_docs: bool = True):
+    """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
     from pipeline.gates import close_release as _close
     from pipeline.store import open_store
 
-    return _close(open_store(settings), model, release, run_id)
+    return _close(open_store(settings), model, release, run_id, data_docs)
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
@@ -116,10 +116,22 @@ def find_new_releases(settings, watched):
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
 def clean_staging(settings, run_id: str):
-    """Remove the run's (now empty) staging folder once every shard is committed."""
+    """Remove the run's staging folder: empty once every shard is committed, useless once the run ended."""
     from pipeline.store import open_store
 
     open_store(settings).rm(f"staging/{run_id}", recursive=True)
+
+
+@task(cache_policy=NONE, **STORAGE_RETRIES)
+def sweep_abandoned_runs(settings):
+    """Record runs whose process is gone as ``abandoned`` and remove the staging no live run owns."""
+    from pipeline.runs import find_abandoned, sweep_abandoned
+    from pipeline.store import open_store
+
+    store = open_store(settings)
+    found = find_abandoned(store)
+    sweep_abandoned(store, found)
+    return [r.describe() for r in found]
 
 
 @task(cache_policy=NONE, **STORAGE_RETRIES)

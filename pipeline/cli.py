@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from flows.interrupts import interruptible  # signal handling only: imports no Prefect
 from pipeline.theory.cli import theory_app  # a sub-app: imports only typer
 
 # Great Expectations logs every ephemeral docs folder it creates at INFO: noise in a terminal.
@@ -69,6 +70,7 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 @app.command()
+@interruptible  # Ctrl-C or SIGTERM at any phase: the run records its end, exit 130
 def audit(
     model: Annotated[
         str, typer.Option(help="registry name (e.g. minilm-l6), a model directory, or hf:ORG/NAME[@REV]")

@@ -105,11 +105,12 @@ def open_release(store: Store, model: str, release: str, run_id: str) -> None:
     lease.acquire(store, model, release, run_id)
 
 
-def close_release(store: Store, model: str, release: str, run_id: str) -> str | None:
+def close_release(store: Store, model: str, release: str, run_id: str, data_docs: bool = True) -> str | None:
     """Release the run's lease and build its Data Docs; returns the docs URL (None if nothing validated).
 
     Runs in the flow's ``finally``: it must never hide the run's own error, so a docs failure is
-    logged, not raised.
+    logged, not raised. An interrupted run skips the docs (``data_docs=False``): the user asked it
+    to stop, and the validation results stay under ``reports/validation/<run_id>/``.
     """
     import logging
 
@@ -117,7 +118,7 @@ def close_release(store: Store, model: str, release: str, run_id: str) -> str | 
     from pipeline.datadocs import build_data_docs
 
     try:
-        return build_data_docs(store, run_id)
+        return build_data_docs(store, run_id) if data_docs else None
     except Exception as exc:  # noqa: BLE001 - see docstring
         logging.getLogger(__name__).warning("Data Docs for run %s were not built: %s: %s", run_id,
                                             type(exc).__name__, exc)

@@ -88,6 +88,16 @@ def write_run(store: Store, run: RunRecord) -> None:
         store.rm(_marker(run.run_id))
 
 
+def run_status(store: Store, run_id: str) -> str | None:
+    """The recorded status of a run, None if it has no record."""
+    import polars as pl
+
+    try:
+        return pl.read_parquet(io.BytesIO(store.read_bytes(f"runs/{run_id}.parquet")))["status"].item()
+    except FileNotFoundError:
+        return None
+
+
 @dataclass
 class AbandonedRun:
     """A run that ended without recording it, or staging that no live run owns."""
@@ -151,16 +161,15 @@ def sweep_abandoned(store: Store, runs: list[AbandonedRun]) -> None:
     """Record each abandoned run as ``abandoned`` (if it still says running) and remove its staging."""
     for run in runs:
         rel = f"runs/{run.run_id}.parquet"
-        if run.model is not None and store.exists(rel):
+        if run.model is not None and run_status(store, run.run_id) == "running":
             import polars as pl
 
             record = pl.read_parquet(io.BytesIO(store.read_bytes(rel)))
-            if record["status"].item() == "running":
-                ended = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-                record = record.with_columns(
-                    status=pl.lit("abandoned"), message=pl.lit(f"abandoned: {run.reason}"[:2000]),
-                    finished_at=pl.lit(ended).cast(record.schema["finished_at"]))
-                store.write_table(rel, record.to_arrow())
+            ended = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            record = record.with_columns(
+                status=pl.lit("abandoned"), message=pl.lit(f"abandoned: {run.reason}"[:2000]),
+                finished_at=pl.lit(ended).cast(record.schema["finished_at"]))
+            store.write_table(rel, record.to_arrow())
         store.rm(f"staging/{run.run_id}", recursive=True)
         store.rm(_marker(run.run_id))
 

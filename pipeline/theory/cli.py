@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from flows.interrupts import interruptible  # signal handling only: imports no Prefect
+
 theory_app = typer.Typer(help="Theory lab: train small contrastive models, test the norm formula.",
                          no_args_is_help=True)
 
@@ -24,6 +26,7 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 @theory_app.command("run")
+@interruptible  # Ctrl-C or SIGTERM: the checkpoint audit under way records its end, exit 130
 def run(
     config: ConfigOpt = None,
     root: RootOpt = None,
