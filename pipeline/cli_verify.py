@@ -29,6 +29,7 @@ def verify(
     report = verify_root(store, "size" if quick else "sha256", texts=True)
     typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
                f"({report.depth})")
+    _check_abandoned(store, repair)  # reported, never an exit 1: committed data does not depend on them
     for p in report.problems:
         label = "stale" if p.kind in TEXT_KINDS else "corrupt"
         typer.secho(f"{label}: {store.url(p.file)}: {p.kind}: {p.detail}", fg=typer.colors.RED, err=True)
@@ -44,3 +45,18 @@ def verify(
     typer.echo(f"repaired: {len(report.problems)} part(s) moved to {store.url(folder)} and dropped from their "
                "manifests; rerun the audit of "
                + ", ".join(sorted({f"{p.model}@{p.release}" for p in report.problems})) + " to re-embed them")
+
+
+def _check_abandoned(store, repair: bool) -> None:
+    """Report runs that ended unrecorded (a SIGKILL, a power cut) and staging no live run owns; repair sweeps."""
+    from pipeline.runs import find_abandoned, sweep_abandoned
+
+    found = find_abandoned(store)
+    for run in found:
+        typer.secho(f"abandoned: {run.describe()}", fg=typer.colors.YELLOW, err=True)
+    if found and repair:
+        sweep_abandoned(store, found)
+        typer.echo(f"repaired: {len(found)} abandoned run(s) recorded as abandoned, their staging removed")
+    elif found:
+        typer.echo("note: --repair (or the next audit of any release) records them as abandoned and removes their "
+                   "staging", err=True)
