@@ -125,7 +125,7 @@ def audit(
     from pipeline.preflight import check_probe_sets
 
     try:  # every probe set, before Prefect and Dask start: bad input fails in a second, not a minute
-        checked = check_probe_sets(settings, resolved, probes, limit)
+        checked = check_probe_sets(settings, resolved, probes, limit, replace)
     except (ValueError, LookupError, RuntimeError, OSError) as exc:
         _fail(str(exc))
     for note in checked.notes:

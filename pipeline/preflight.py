@@ -91,7 +91,8 @@ def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, w
             "file's encoding and language, or drop those items")
 
 
-def check_audit_inputs(settings, model: str, probes: list[str], limit: int | None = None) -> Preflight:
+def check_audit_inputs(settings, model: str, probes: list[str], limit: int | None = None,
+                       replace: bool = False) -> Preflight:
     """Resolve the model and load every probe set, raising before anything is started or written.
 
     Args:
@@ -99,6 +100,8 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         model: registry name, model directory or ``hf:ORG/NAME[@REV]``, as given to ``normaudit audit``.
         probes: probe set names or probe files.
         limit: only the first ``limit`` items of each set are audited (and checked for unknown tokens).
+        replace: a probe file may replace a stored set of its name (``audit --replace``); without it such a
+            file is refused here, as the flow would refuse it.
 
     Returns:
         The resolved model, the loaded probe sets, notes (kinds that were inferred) and warnings (items
@@ -106,19 +109,27 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
 
     Raises:
         ModelNotFoundError, ModelIntegrityError: the model cannot be found, fetched or trusted.
-        ProbeInputError: a probe set is unknown or invalid, or every text of one is the unknown token.
+        ProbeInputError: a probe set is unknown or invalid, a probe file would silently replace a stored
+            set, or every text of a set is the unknown token.
     """
-    return check_probe_sets(settings, resolve_model(get_spec(model)), probes, limit)
+    return check_probe_sets(settings, resolve_model(get_spec(model)), probes, limit, replace)
 
 
-def check_probe_sets(settings, resolved: ResolvedModel, probes: list[str], limit: int | None = None) -> Preflight:
+def check_probe_sets(settings, resolved: ResolvedModel, probes: list[str], limit: int | None = None,
+                     replace: bool = False) -> Preflight:
     """The probe-set half of :func:`check_audit_inputs`, for a model already resolved."""
-    from pipeline.probes import load_probe_set
+    from pipeline.probes import brings_file, load_probe_set
     from pipeline.probes.base import ProbeInputError
+    from pipeline.probes.stored import refuse_silent_replace
     from pipeline.store import open_store
 
     store = open_store(settings)
-    sets = [load_probe_set(spec, settings.storage_options(), store=store) for spec in probes]
+    sets = []
+    for spec in probes:
+        ps = load_probe_set(spec, settings.storage_options(), store=store)
+        if brings_file(spec):  # the flow refuses this too, but only after Prefect and Dask have started
+            refuse_silent_replace(store, ps, spec, replace)
+        sets.append(ps)
     out = Preflight(resolved, sets, notes=[f"{ps.name}: {n}" for ps in sets for n in ps.notes])
     vocab = _vocabulary(resolved.path)
     for ps in sets:

