@@ -106,12 +106,6 @@ def audit(
     except ValidationError as exc:
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
     overrides["root"] = settings.root
-    from pipeline.models import get_spec, resolve_model
-
-    try:  # first, as it needs the fewest imports: a mistyped --model fails at once
-        resolved = resolve_model(get_spec(model))
-    except (ValueError, LookupError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
     from pipeline.names import check_name
     from pipeline.store import StorageError, open_store
 
@@ -122,10 +116,10 @@ def audit(
         open_store(settings).check_writable()
     except (ValueError, StorageError) as exc:
         _fail(str(exc))
-    from pipeline.preflight import check_probe_sets
+    from pipeline.preflight import check_audit_inputs
 
-    try:  # every probe set, before Prefect and Dask start: bad input fails in a second, not a minute
-        checked = check_probe_sets(settings, resolved, probes, limit, replace)
+    try:  # the model, then every probe set, before Prefect and Dask start: bad input fails in a second
+        checked = check_audit_inputs(settings, model, probes, limit, replace)
     except (ValueError, LookupError, RuntimeError, OSError) as exc:
         _fail(str(exc))
     for note in checked.notes:
