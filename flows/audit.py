@@ -19,7 +19,7 @@ from prefect.futures import as_completed
 
 from flows import tasks
 from flows.interrupts import Interrupted, is_interrupt, shielded
-from flows.runners import dask_runner, early_local_cluster, gpu_annotation, prefect_api
+from flows.runners import api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
 from pipeline.compare import AlertThresholds, ReleaseRegression
 from pipeline.progress import reporter
 from pipeline.runs import RunRecord, new_run_id, run_status
@@ -185,7 +185,9 @@ def audit_release(
         run.status = "alerted" if summary.alerts.height else "completed"
         tasks.clean_staging(settings, run.run_id)
     except BaseException as exc:
-        if is_interrupt(exc):
+        if is_interrupt(exc) and api_lost():  # stopped by the API watch of flows.runners.prefect_api
+            run.status, run.message = INTERRUPTED, f"stopped: {api_lost()}"
+        elif is_interrupt(exc):
             run.status, run.message = INTERRUPTED, f"interrupted by {_signal_name(exc)}"
         else:
             run.status, run.message = FAILED, f"{type(exc).__name__}: {exc}"[:2000]

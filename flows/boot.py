@@ -72,6 +72,7 @@ class TemporaryAPI:
         # (atexit is last-in first-out): queued logs and events reach the server first.
         atexit.register(self.stop)
         self._ready = False
+        self.stopping = False  # set by stop(): its exit from then on is expected
 
     @property
     def url(self) -> str:
@@ -100,6 +101,7 @@ class TemporaryAPI:
         return self.url
 
     def stop(self) -> None:
+        self.stopping = True
         if self.process.poll() is None:
             self.process.terminate()
             try:

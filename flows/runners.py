@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
+import threading
 
 from prefect_dask import DaskTaskRunner
 
@@ -82,20 +85,29 @@ def prefect_api(while_booting=None):
     its imports) is used, instead of letting every worker process start its own (each
     start costs seconds and splits the run's records). ``while_booting`` is called while
     that API boots. Worker processes inherit the URL through their environment.
+
+    Re-entrant: a flow that runs another audit inside (the theory lab) reuses the enclosing
+    block's API; only the outermost block watches it. If the temporary API exits while a
+    run uses it, the run is stopped at once (as by Ctrl-C, so it records its end without the
+    API) and this raises a ``RuntimeError`` that says so, instead of retrying for minutes.
     """
-    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_CLIENT_MAX_RETRIES,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        temporary_settings,
+    )
 
     from flows.boot import current_api, start_api, stop_api
 
     url = PREFECT_API_URL.value()
     updates = {}
     api = current_api()
-    if url and (api is None or url != api.url):
+    nested = bool(url) and api is not None and url == api.url  # inside an enclosing prefect_api(): reuse it
+    if url and not nested:
         stop_api()  # started by the CLI before a profile's PREFECT_API_URL could be read
         api = None
-    elif url:
-        url = None  # this process's own temporary API, set by an enclosing prefect_api(): use it, never stop it
-    else:
+    elif not url:
         api = start_api()
     if while_booting:
         while_booting()
@@ -106,23 +118,61 @@ def prefect_api(while_booting=None):
         # Heartbeats let a server notice a crashed flow run; this server dies with the run, and
         # each flow's exit waits up to a second for the heartbeat thread.
         updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
+        # A refused connection to this loopback server means it is gone (the watch below says so):
+        # five retries with back-off would hold a dying run for a minute per API call.
+        updates[PREFECT_CLIENT_MAX_RETRIES] = 1
     previous = os.environ.get("PREFECT_API_URL")
     url = url or previous  # set in the environment after Prefect read its settings: start_api defers to it
     os.environ["PREFECT_API_URL"] = url
+    watch = _ApiWatch(api) if api is not None and not nested else None
     try:
         with temporary_settings(updates={PREFECT_API_URL: url, **updates}):
             yield url
-    except Exception as exc:
-        if api is not None and api.process.poll() is not None:
+    except BaseException as exc:
+        lost = api_lost()
+        if lost and not nested:
             raise RuntimeError(
-                f"the temporary Prefect API (pid {api.process.pid}) exited with code {api.process.returncode} "
-                f"during the run, so the run could not record its progress ({type(exc).__name__}). Committed "
-                "shards are kept: rerun the command, or set PREFECT_API_URL to a running server "
+                f"{lost}, so the run stopped (it could no longer record its progress; {type(exc).__name__}). "
+                "Committed shards are kept: rerun the command, or set PREFECT_API_URL to a running server "
                 "(`prefect server start`)."
             ) from exc
         raise
     finally:
+        if watch is not None:
+            watch.stop()
         if previous is None:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
+
+
+def api_lost() -> str | None:
+    """What happened to this process's temporary API if it exited while in use, else None."""
+    from flows.boot import current_api
+
+    api = current_api()
+    if api is None or api.process.poll() is None or api.stopping:
+        return None
+    return f"the temporary Prefect API (pid {api.process.pid}) exited with code {api.process.returncode} during the run"
+
+
+class _ApiWatch:
+    """Interrupt the main thread when the temporary API exits under a run (it would otherwise wait on it)."""
+
+    def __init__(self, api, poll_s: float = 0.5):
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(api, poll_s), name="normaudit-api-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _watch(self, api, poll_s: float) -> None:
+        while not self._done.wait(poll_s):
+            if api.process.poll() is not None and not api.stopping:
+                print(f"error: {api_lost()}; stopping the run", file=sys.stderr, flush=True)
+                # to the process: Linux delivers it to the main thread, which is where the run waits
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()

@@ -1,0 +1,238 @@
+"""Interrupts and leftovers, as a user meets them: the installed CLI in its own session, no PREFECT_API_URL.
+
+Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM mid-embedding stops the
+audit within 10 s with exit 130, the lease released, the run recorded as interrupted and its staging
+removed; a SIGKILL of the CLI leaves no Prefect API or Dask worker process behind, and the run it leaves
+``running`` is found abandoned by ``verify`` and by the next audit, which remove its staging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import psutil
+import pytest
+
+from pipeline import lease
+from pipeline.catalog import open_catalog
+from pipeline.runs import RunRecord, find_abandoned, run_status, sweep_abandoned, write_run
+from pipeline.store import Store
+from pipeline.verify import verify_root
+
+BIN = Path(sys.executable).parent
+N_ITEMS, SHARD = 400, 8  # 50 shards: embedding lasts long enough to be interrupted mid-way
+LIMIT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def many_words(tmp_path_factory) -> str:
+    rng = np.random.default_rng(3)
+    vocab = ["dog", "cat", "tree", "river", "stone", "bread", "horse", "bird", "apple", "table", "music", "water"]
+    path = tmp_path_factory.mktemp("interrupts") / "words.csv"
+    pl.DataFrame({
+        "item_id": [f"w{i:04d}" for i in range(N_ITEMS)],
+        "text": [" ".join(rng.choice(vocab, size=1 + i % 6)) for i in range(N_ITEMS)],
+        "zipf": rng.uniform(1, 7, N_ITEMS).round(2),
+    }).write_csv(path)
+    return str(path)
+
+
+def user_env(tmp_path: Path, **extra: str) -> dict:
+    """The environment of a user's shell: no PREFECT_API_URL, a fresh Prefect home."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home"), **extra}
+
+
+def start_audit(tmp_path: Path, model: Path, probes: str, root: str) -> tuple[subprocess.Popen, Path, Path]:
+    out, err = tmp_path / "audit.out", tmp_path / "audit.err"
+    proc = subprocess.Popen(
+        [str(BIN / "normaudit"), "audit", "--model", str(model), "--probes", probes, "--root", root,
+         "--release", "r"],
+        env=user_env(tmp_path, NORMAUDIT_SHARD_SIZE=str(SHARD)), start_new_session=True,
+        stdout=out.open("w"), stderr=err.open("w"))
+    return proc, out, err
+
+
+def wait_mid_embedding(proc: subprocess.Popen, store: Store, err: Path) -> list[int]:
+    """Wait until two shards are committed (of 50); return the CLI's child process ids (API, workers)."""
+    manifest = "embeddings/model=tiny/release=r/probe_set=words/_manifest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if store.exists(manifest) and len(json.loads(store.read_bytes(manifest))["parts"]) >= 2:
+            return [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        if proc.poll() is not None:
+            raise AssertionError(f"the audit ended before it could be interrupted:\n{err.read_text()[-3000:]}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("no shard was committed within 300 s")
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids still running (zombies count as gone) after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def the_run(store: Store) -> tuple[str, str, str]:
+    (row,) = open_catalog(store).execute("select run_id, status, message from runs").fetchall()
+    return row
+
+
+def assert_committed_parts_intact(store: Store) -> int:
+    assert verify_root(store, "sha256").ok
+    (manifest,) = store.manifests()
+    rows = sum(p.rows for p in manifest.parts)
+    assert open_catalog(store).execute("select count(*), count(distinct item_id) from embeddings").fetchall() \
+        == [(rows, rows)]
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["sigint-to-the-group", "sigterm-to-the-cli"])
+def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_dir, many_words, sig, to_group):
+    root = str(tmp_path / "root")
+    store = Store(root)
+    proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
+    children = wait_mid_embedding(proc, store, err)
+    assert any("pipeline.parent_watch" in " ".join(psutil.Process(p).cmdline()) for p in children)  # the API
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(proc.pid, sig)
+    try:
+        code = proc.wait(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"the audit did not stop within {LIMIT_S} s:\n{err.read_text()[-3000:]}") from None
+    took = time.monotonic() - sent
+    print(f"{signal.Signals(sig).name}: exit {code} {took:.2f} s after the signal")
+    stderr = err.read_text()
+    assert code == 130, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "is recorded as interrupted" in errors[0], errors
+    assert "Traceback" not in stderr + out.read_text()
+    assert gone_within(children, LIMIT_S - took + 1) == []  # the API and the workers stopped with it
+
+    run_id, status, message = the_run(store)
+    assert status == "interrupted" and signal.Signals(sig).name in message
+    assert not store.exists(f"staging/{run_id}")
+    held = lease.current_lease(store, "tiny", "r")
+    assert held.run_id == run_id and held.released
+    done = assert_committed_parts_intact(store)
+    assert 0 < done < N_ITEMS
+    if sig is not signal.SIGINT:
+        return
+    # the lease is free: the same audit runs again at once and embeds only the rest, and finishes quietly
+    again = subprocess.run(
+        [str(BIN / "normaudit"), "audit", "--model", str(tiny_model_dir), "--probes", many_words, "--root", root,
+         "--release", "r"], env=user_env(tmp_path, NORMAUDIT_SHARD_SIZE=str(SHARD)), capture_output=True,
+        text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"embedded {N_ITEMS - done} items" in again.stdout
+    assert "Future exception was never retrieved" not in again.stderr and "Traceback" not in again.stderr
+    assert assert_committed_parts_intact(store) == N_ITEMS
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_run(tmp_path, tiny_model_dir,
+                                                                                   many_words):
+    root = str(tmp_path / "root")
+    store = Store(root)
+    proc, _, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
+    children = wait_mid_embedding(proc, store, err)
+    assert len(children) >= 2  # the temporary API and at least one Dask worker
+    os.kill(proc.pid, signal.SIGKILL)  # the CLI alone: no handler of it runs
+    proc.wait(timeout=10)
+    alive = gone_within(children, LIMIT_S)
+    assert alive == [], [psutil.Process(p).cmdline() for p in alive]
+
+    run_id, status, _ = the_run(store)
+    assert status == "running"  # nothing could record its end
+    assert store.glob(f"staging/{run_id}/**/*.parquet")  # a shard staged but not committed when it died
+    out = subprocess.run([str(BIN / "normaudit"), "verify", "--root", root], env=user_env(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and f"abandoned: run {run_id} (tiny @ r)" in out.stderr, out.stderr
+    assert "is gone" in out.stderr and store.exists(f"staging/{run_id}")  # verify alone changes nothing
+    out = subprocess.run([str(BIN / "normaudit"), "verify", "--root", root, "--repair"], env=user_env(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "1 abandoned run(s) recorded as abandoned" in out.stdout, out.stdout
+    assert the_run(store)[1] == "abandoned" and not store.exists(f"staging/{run_id}")
+    assert lease.acquire(store, "tiny", "r", "next-run").gen == 2  # its lease was free: its holder is gone
+    assert_committed_parts_intact(store)
+
+
+def _leave_a_dead_run(root: str, run_id: str) -> None:
+    """A process that records a run as running, stages a part and dies without ending it (as after SIGKILL)."""
+    code = (
+        "import sys; from pipeline.runs import RunRecord, write_run; from pipeline.store import Store; "
+        f"s = Store({root!r}); write_run(s, RunRecord({run_id!r}, 'm', 'r0', 'f' * 64, 'p', {{}})); "
+        f"s.write_bytes_atomic('staging/{run_id}/p/part-x.parquet', b'half a part')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_run_whose_process_is_gone_is_abandoned_and_swept(tmp_path):
+    root = str(tmp_path / "root")
+    store = Store(root)
+    _leave_a_dead_run(root, "dead-run")
+    live = RunRecord("live-run", "m", "r1", "f" * 64, "p", {})
+    write_run(store, live)  # this process: alive, so never swept
+    store.write_bytes_atomic("staging/live-run/p/part-y.parquet", b"in progress")
+    store.write_bytes_atomic("staging/old-run/p/part-z.parquet", b"left by a run that ended")
+    found = {r.run_id: r for r in find_abandoned(store)}
+    assert set(found) == {"dead-run", "old-run"}
+    assert found["dead-run"].staging and "is gone" in found["dead-run"].reason
+    sweep_abandoned(store, list(found.values()))
+    assert run_status(store, "dead-run") == "abandoned" and run_status(store, "live-run") == "running"
+    assert store.glob("staging/*") == ["staging/live-run"]
+    live.status = "completed"
+    write_run(store, live)
+    assert [r.run_id for r in find_abandoned(store)] == ["live-run"]  # it ended; its staging is nobody's now
+
+
+def test_a_run_of_another_host_is_abandoned_only_when_its_lease_expired(tmp_path):
+    store = Store(str(tmp_path / "root"))
+    now = time.time()
+    held = lease.acquire(store, "m", "r", "far-run", ttl_s=60)
+    marker = {"run_id": "far-run", "model": "m", "release": "r", "host": "another-host", "pid": 1,
+              "pid_started": 0.0, "started_at": now}
+    store.write_bytes_atomic("runs/running/far-run.json", json.dumps(marker).encode())
+    assert find_abandoned(store) == []  # its lease is fresh: it may be working
+    held.renewed_at = now - 120  # not renewed for two minutes with a one-minute TTL
+    store.write_bytes_atomic(f"{lease.lease_dir('m', 'r')}/{held.gen:010d}.json", held.to_json())
+    (found,) = find_abandoned(store)
+    assert found.run_id == "far-run" and "lease expired" in found.reason
+
+
+@pytest.mark.slow
+def test_the_next_audit_of_any_release_sweeps_abandoned_runs(tmp_path, tiny_model_dir, prefect_api):
+    from flows.audit import run_audit
+    from pipeline.settings import load_settings
+
+    root = str(tmp_path / "root")
+    _leave_a_dead_run(root, "dead-run")
+    probes = tmp_path / "few.csv"
+    pl.DataFrame({"item_id": ["a", "b", "c", "d"], "text": ["dog", "cat", "tree", "river"],
+                  "zipf": [3.0, 4.0, 5.0, 6.0]}).write_csv(probes)
+    run_audit(load_settings(root=root), str(tiny_model_dir), [str(probes)], release="other",
+              overrides={"root": root})
+    store = Store(root)
+    assert run_status(store, "dead-run") == "abandoned"
+    assert not store.exists("staging/dead-run") and store.glob("staging/*") == []
