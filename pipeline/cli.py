@@ -131,8 +131,11 @@ def audit(
     start_api()  # both boot in other processes while the imports below run (seconds each)
     start_local_cluster(settings)
     from flows.audit import run_audit
+    from flows.console import failures_once_on_console
     from pipeline.compare import ReleaseRegression
     from pipeline.progress import RichProgress, use_progress
+
+    failures_once_on_console()  # the error: line below is the one report of a failure
 
     try:
         with use_progress(RichProgress()):
