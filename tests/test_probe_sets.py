@@ -347,7 +347,8 @@ def test_probes_add_stores_a_set_that_audits_and_list_find(tmp_path):
     assert read_stored(store, "my-words").items["text"].to_list() == ["horse"]
     listing = list_probe_sets(store)
     row = listing.filter(pl.col("probe_set") == "my-words").row(0, named=True)
-    assert row["status"] == "stored" and row["items"] == 1 and row["properties"] == "sd"
+    # no --kind this time: one word per text, so kind word is inferred (and printed) and zipf looked up
+    assert row["status"] == "stored" and row["kinds"] == "word 1" and row["properties"] == "sd, zipf"
     assert {"wordnet-nouns", "wordnet-pairs", "wordnet-reverse-dictionary"} <= set(listing["probe_set"])
     out = runner.invoke(app, ["probes", "list", "--root", root, "--format", "csv"])
     assert out.exit_code == 0 and "my-words,stored,1," in out.output
