@@ -83,3 +83,46 @@ def test_a_cluster_started_for_other_settings_is_closed_not_leaked():
         assert cluster.status.name == "closed"
     finally:
         second.result(timeout=120).close()
+
+
+def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(tmp_path):
+    """The theory lab's audits nest prefect_api() inside its own: the inner block must reuse this process's
+    temporary API, not stop it (it did, and the lab failed with ConnectError, then hung). And a run whose API
+    dies is stopped at once with a message, not left retrying."""
+    code = textwrap.dedent("""
+        import time, urllib.request
+        from flows.boot import current_api, start_api
+        start_api()
+        from prefect import flow, task
+        from flows.runners import prefect_api
+
+        @task
+        def one():
+            return 1
+
+        @flow
+        def f(kill=False):
+            if kill:
+                current_api().process.kill()
+                time.sleep(30)  # the watch interrupts this at once
+            return one()
+
+        with prefect_api() as outer:
+            with prefect_api() as inner:
+                assert inner == outer and f() == 1
+            with urllib.request.urlopen(outer + "/health", timeout=5) as r:
+                assert r.status == 200  # still up after the nested block
+            assert f() == 1
+        started = time.monotonic()
+        try:
+            with prefect_api():
+                f(kill=True)
+        except RuntimeError as exc:
+            print(f"{time.monotonic() - started:.1f}", exc)
+    """)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seconds, message = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert message.startswith("the temporary Prefect API (pid") and "exited with code -9 during the run" in message
+    assert float(seconds) < 20
