@@ -64,6 +64,11 @@ class OutputFormat(StrEnum):
     parquet = "parquet"
 
 
+def _say(level: str, message: str) -> None:
+    """A ``note:`` or ``warning:`` line on stderr (what was chosen for the user, or what looks wrong)."""
+    typer.secho(f"{level}: {message}", fg=typer.colors.YELLOW if level == "warning" else None, err=True)
+
+
 def _fail(message: str, code: int = 1) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
@@ -119,13 +124,9 @@ def audit(
     from pipeline.preflight import check_audit_inputs
 
     try:  # the model, then every probe set, before Prefect and Dask start: bad input fails in a second
-        checked = check_audit_inputs(settings, model, probes, limit, replace)
+        check_audit_inputs(settings, model, probes, limit, replace, say=_say)
     except (ValueError, LookupError, RuntimeError, OSError) as exc:
         _fail(str(exc))
-    for note in checked.notes:
-        typer.echo(f"note: {note}", err=True)
-    for warning in checked.warnings:
-        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     from flows.boot import start_api, start_local_cluster
 
     start_api()  # both boot in other processes while the imports below run (seconds each)
@@ -338,9 +339,9 @@ def probes_add(
     from pipeline.preflight import default_tokenizer_warning
 
     for note in ps.notes:
-        typer.echo(f"note: {note}", err=True)
+        _say("note", note)
     if (warning := default_tokenizer_warning(ps)) is not None:
-        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+        _say("warning", warning)
     s = summarize(ps, "stored")
     typer.echo(f"stored probe set {name!r}: {s['items']} items ({s['kinds']}); properties: "
                f"{s['properties'] or '-'}; relations: {s['relations'] or '-'}")

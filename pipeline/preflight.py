@@ -17,6 +17,7 @@ Nothing here imports torch or transformers, Prefect or Dask.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,8 +27,7 @@ from pipeline.models import ResolvedModel, get_spec, model_dir, resolve_model, t
 if TYPE_CHECKING:  # polars and the probe readers load only once the model is known to exist
     from pipeline.probes.base import ProbeSet
 
-__all__ = ["DEFAULT_MODEL", "Preflight", "check_audit_inputs", "check_probe_sets", "default_tokenizer_warning",
-           "unknown_only_items"]
+__all__ = ["DEFAULT_MODEL", "Preflight", "check_audit_inputs", "default_tokenizer_warning", "unknown_only_items"]
 
 DEFAULT_MODEL = "minilm-l6"  # the model the README's examples audit
 
@@ -92,7 +92,7 @@ def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, w
 
 
 def check_audit_inputs(settings, model: str, probes: list[str], limit: int | None = None,
-                       replace: bool = False) -> Preflight:
+                       replace: bool = False, say: Callable[[str, str], None] | None = None) -> Preflight:
     """Resolve the model and load every probe set, raising before anything is started or written.
 
     Args:
@@ -102,6 +102,8 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         limit: only the first ``limit`` items of each set are audited (and checked for unknown tokens).
         replace: a probe file may replace a stored set of its name (``audit --replace``); without it such a
             file is refused here, as the flow would refuse it.
+        say: called with ``("note" | "warning", message)`` as soon as each is known, so what was said about
+            the sets loaded before a failing one is not lost.
 
     Returns:
         The resolved model, the loaded probe sets, notes (kinds that were inferred) and warnings (items
@@ -112,35 +114,34 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         ProbeInputError: a probe set is unknown or invalid, a probe file would silently replace a stored
             set, or every text of a set is the unknown token.
     """
-    return check_probe_sets(settings, resolve_model(get_spec(model)), probes, limit, replace)
-
-
-def check_probe_sets(settings, resolved: ResolvedModel, probes: list[str], limit: int | None = None,
-                     replace: bool = False) -> Preflight:
-    """The probe-set half of :func:`check_audit_inputs`, for a model already resolved."""
     from pipeline.probes import brings_file, load_probe_set
     from pipeline.probes.base import ProbeInputError
     from pipeline.probes.stored import refuse_silent_replace
     from pipeline.store import open_store
 
+    out = Preflight(resolve_model(get_spec(model)), [])
     store = open_store(settings)
-    sets = []
+    vocab = _vocabulary(out.resolved.path)
+
+    def tell(level: str, message: str) -> None:
+        (out.notes if level == "note" else out.warnings).append(message)
+        if say is not None:
+            say(level, message)
+
     for spec in probes:
         ps = load_probe_set(spec, settings.storage_options(), store=store)
         if brings_file(spec):  # the flow refuses this too, but only after Prefect and Dask have started
             refuse_silent_replace(store, ps, spec, replace)
-        sets.append(ps)
-    out = Preflight(resolved, sets, notes=[f"{ps.name}: {n}" for ps in sets for n in ps.notes])
-    vocab = _vocabulary(resolved.path)
-    for ps in sets:
+        for note in ps.notes:
+            tell("note", f"{ps.name}: {note}")
         audited = ps.head(limit)
         ids = unknown_only_items(audited, vocab) if vocab is not None else []
-        if not ids:
-            continue
-        message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {resolved.spec.name!r}")
-        if len(ids) == audited.items.height:
-            raise ProbeInputError(message)
-        out.warnings.append(message)
+        if ids:
+            message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {out.resolved.spec.name!r}")
+            if len(ids) == audited.items.height:
+                raise ProbeInputError(message)
+            tell("warning", message)
+        out.probe_sets.append(ps)
     return out
 
 

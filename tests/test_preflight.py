@@ -7,6 +7,7 @@ would be children of it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -33,10 +34,8 @@ def _run_watched(args: list[str], env: dict, timeout: float = 120) -> tuple[int,
     proc = subprocess.Popen([CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent, children = psutil.Process(proc.pid), set()
     while proc.poll() is None and time.perf_counter() - t0 < timeout:
-        try:
+        with contextlib.suppress(psutil.Error):  # a child (or the CLI) exited between listing and reading it
             children |= {" ".join(c.cmdline()) for c in parent.children(recursive=True)}
-        except psutil.Error:  # a child (or the CLI) exited between listing and reading it
-            pass
         time.sleep(0.01)
     if proc.poll() is None:
         proc.kill()
@@ -50,9 +49,11 @@ def _assert_fast_clean_failure(rc: int, err: str, wall: float, children: set[str
     assert not children, f"started {children}"  # neither the temporary API nor a Dask worker
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    # one error line, last; before it at most notes on what was inferred for sets that did load
+    assert lines and lines[-1].startswith("error: "), err
+    assert all(line.startswith("note: ") for line in lines[:-1]), err
     for text in named:
-        assert text in lines[0], err
+        assert text in lines[-1], err
 
 
 def test_missing_model_directory_fails_in_seconds_naming_it(tmp_path):
@@ -60,7 +61,7 @@ def test_missing_model_directory_fails_in_seconds_naming_it(tmp_path):
         ["audit", "--model", "/nonexistent", "--probes", "wordnet-nouns", "--root", str(tmp_path / "root")],
         _env(tmp_path))
     _assert_fast_clean_failure(rc, err, wall, children, "'/nonexistent'", "does not exist")
-    assert not (tmp_path / "root").exists()  # nothing written either
+    assert not list((tmp_path / "root").rglob("*.parquet"))  # no run record, no probe set: nothing written
 
 
 def test_hub_model_offline_names_the_model_and_the_missing_hub(tmp_path):
@@ -88,6 +89,21 @@ def test_probe_set_of_only_unknown_tokens_stops_before_embedding(tmp_path, tiny_
         ["audit", "--model", str(tiny_model_dir), "--probes", str(path), "--root", str(tmp_path / "root")],
         _env(tmp_path))
     _assert_fast_clean_failure(rc, err, wall, children, "'unknown'", "all 3 texts", "[UNK]", "tiny")
+
+
+def test_audit_prints_the_kind_it_inferred_for_a_probe_file(tmp_path, tiny_model_dir):
+    # the second set is missing, so the audit stops in the pre-flight, after saying what it chose for the first
+    words, sentences = tmp_path / "words.csv", tmp_path / "sentences.csv"
+    words.write_text("item_id,text\na,dog\nb,cat\n")
+    sentences.write_text("item_id,text\na,the dog\nb,cat\n")
+    rc, err, wall, children = _run_watched(
+        ["audit", "--model", str(tiny_model_dir), "--probes", str(words), "--probes", str(sentences),
+         "--probes", str(tmp_path / "missing.csv"), "--root", str(tmp_path / "root")], _env(tmp_path))
+    assert rc == 1 and not children, err  # (its speed is the other tests' business)
+    lines = err.splitlines()
+    assert lines[0].startswith("note: words: kind 'word' inferred for its 2 items (every text is one word")
+    assert lines[1].startswith("note: sentences: kind 'sentence' inferred for its 2 items (some texts are more")
+    assert lines[2].startswith("error: ") and "missing.csv" in lines[2] and len(lines) == 3
 
 
 def test_preflight_counts_unknown_items_and_says_the_inferred_kind(tmp_path, tiny_model_dir):
