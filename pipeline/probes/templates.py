@@ -62,5 +62,5 @@ def apply_template(ps: ProbeSet, key: str) -> ProbeSet:
     items = ps.items.with_columns((pl.lit(prefix) + pl.col("text") + pl.lit(suffix)).alias("text"))
     return ProbeSet(
         name=f"{ps.name}{SEPARATOR}{key}", items=items, properties=ps.properties, relations=ps.relations,
-        origin=f"{ps.origin or ps.name} in template {template!r}", template=template,
+        origin=f"{ps.origin or ps.name} in template {template!r}", template=template, notes=list(ps.notes),
     )
