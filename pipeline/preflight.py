@@ -119,29 +119,35 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
     from pipeline.probes.stored import refuse_silent_replace
     from pipeline.store import open_store
 
-    out = Preflight(resolve_model(get_spec(model)), [])
-    store = open_store(settings)
-    vocab = _vocabulary(out.resolved.path)
+    # cheapest first: the spec (a missing directory, a malformed hub id), then the probe sets, and only then
+    # the weights' hash and any hub download, so that a typo never waits for either
+    spec = get_spec(model)
+    said: dict[str, list[str]] = {"note": [], "warning": []}
 
     def tell(level: str, message: str) -> None:
-        (out.notes if level == "note" else out.warnings).append(message)
+        said[level].append(message)
         if say is not None:
             say(level, message)
 
-    for spec in probes:
-        ps = load_probe_set(spec, settings.storage_options(), store=store)
-        if brings_file(spec):  # the flow refuses this too, but only after Prefect and Dask have started
-            refuse_silent_replace(store, ps, spec, replace)
+    store = open_store(settings)
+    sets = []
+    for name in probes:
+        ps = load_probe_set(name, settings.storage_options(), store=store)
+        if brings_file(name):  # the flow refuses this too, but only after Prefect and Dask have started
+            refuse_silent_replace(store, ps, name, replace)
         for note in ps.notes:
             tell("note", f"{ps.name}: {note}")
+        sets.append(ps)
+    out = Preflight(resolve_model(spec), sets, said["note"], said["warning"])
+    vocab = _vocabulary(out.resolved.path)
+    for ps in sets if vocab is not None else []:
         audited = ps.head(limit)
-        ids = unknown_only_items(audited, vocab) if vocab is not None else []
+        ids = unknown_only_items(audited, vocab)
         if ids:
-            message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {out.resolved.spec.name!r}")
+            message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {spec.name!r}")
             if len(ids) == audited.items.height:
                 raise ProbeInputError(message)
             tell("warning", message)
-        out.probe_sets.append(ps)
     return out
 
 

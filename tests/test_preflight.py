@@ -19,7 +19,12 @@ import psutil
 import pytest
 
 CLI = str(Path(sys.executable).parent / "normaudit")
-FAST_S = 3.0
+FAST_S = 3.0  # the promise, on a machine with a core to spare (about 1 s measured there)
+
+
+def _budget() -> float:
+    """FAST_S, stretched by how oversubscribed the CPUs are (a shared CI box); the old code took 47-70 s idle."""
+    return FAST_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def _env(tmp_path: Path, **extra: str) -> dict:
@@ -45,7 +50,7 @@ def _run_watched(args: list[str], env: dict, timeout: float = 120) -> tuple[int,
 
 def _assert_fast_clean_failure(rc: int, err: str, wall: float, children: set[str], *named: str) -> None:
     assert rc == 1, err
-    assert wall <= FAST_S, f"took {wall:.1f} s: {err}"
+    assert wall <= _budget(), f"took {wall:.1f} s (load {os.getloadavg()[0]:.1f}): {err}"
     assert not children, f"started {children}"  # neither the temporary API nor a Dask worker
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
