@@ -14,7 +14,8 @@ def verify(
         "--repair", help="move corrupt or stale parts to quarantine/ and drop them from their manifest "
         "(the next audit re-embeds them)")] = False,
     quick: Annotated[bool, typer.Option(
-        "--quick", help="compare sizes only (one listing) instead of reading every byte")] = False,
+        "--quick", help="compare sizes (one listing) instead of reading every byte; the text hashes are "
+        "still checked (two columns of each part)")] = False,
     s3_endpoint_url: Annotated[str | None, typer.Option(
         "--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")] = None,
 ) -> None:
