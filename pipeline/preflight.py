@@ -71,13 +71,28 @@ def _vocabulary(path: str | Path) -> _Vocabulary | None:
     return _Vocabulary(tok, unk_id, tok.id_to_token(unk_id) or "[UNK]")
 
 
+_HEAD_CHARS = 256
+
+
+def _head(text: str) -> str:
+    # a text's first words decide it: one known token there and the text is not unknown-only, and tokenizing
+    # whole documents would cost seconds per thousand; cut at whitespace so no word is cut into a known piece
+    if len(text) <= _HEAD_CHARS:
+        return text
+    cut = max(text.rfind(c, 0, _HEAD_CHARS) for c in " \t\n")
+    return text[:cut] if cut > 0 else text[:_HEAD_CHARS]
+
+
 def unknown_only_items(ps: ProbeSet, vocab: _Vocabulary) -> list[str]:
-    """Item ids whose text tokenizes (without special tokens) to nothing but the unknown token, or to nothing."""
-    texts = ps.items["text"].to_list()
-    unique = list(dict.fromkeys(texts))
+    """Item ids whose text tokenizes (without special tokens) to nothing but the unknown token, or to nothing.
+
+    Each text is judged on its first 256 characters (cut at whitespace).
+    """
+    heads = [_head(t) for t in ps.items["text"].to_list()]
+    unique = list(dict.fromkeys(heads))
     encoded = vocab.tokenizer.encode_batch(unique, add_special_tokens=False)
     blank = {t for t, e in zip(unique, encoded, strict=True) if all(i == vocab.unk_id for i in e.ids)}
-    return [i for i, t in zip(ps.items["item_id"].to_list(), texts, strict=True) if t in blank]
+    return [i for i, t in zip(ps.items["item_id"].to_list(), heads, strict=True) if t in blank]
 
 
 def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, whose: str) -> str:
@@ -140,7 +155,9 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         sets.append(ps)
     out = Preflight(resolve_model(spec), sets, said["note"], said["warning"])
     vocab = _vocabulary(out.resolved.path)
-    for ps in sets if vocab is not None else []:
+    for name, ps in zip(probes, sets, strict=True) if vocab is not None else []:
+        if _shipped(name):  # built-in sets are known text; the user's data is what may be mis-encoded
+            continue
         audited = ps.head(limit)
         ids = unknown_only_items(audited, vocab)
         if ids:
@@ -149,6 +166,14 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
                 raise ProbeInputError(message)
             tell("warning", message)
     return out
+
+
+def _shipped(spec: str) -> bool:
+    from pipeline.probes import BUILTIN
+    from pipeline.probes.templates import split_template
+
+    templated = split_template(spec)
+    return (templated[0] if templated else spec) in BUILTIN
 
 
 def default_tokenizer_warning(ps: ProbeSet) -> str | None:
