@@ -8,8 +8,11 @@ flow, which runs in the same process, resolves the model again from the in-proce
 It also looks at the texts with the model's own tokenizer (the ``tokenizers`` library only: no torch):
 a text that becomes nothing but the unknown token (``[UNK]``) embeds exactly like every other such text,
 so those items are counted and named in a warning, and a probe set made only of them stops the audit
-before anything is embedded. ``normaudit probes add`` knows no model yet; it runs the same count with
-the default model's tokenizer (:data:`DEFAULT_MODEL`, when installed) and says which tokenizer it used.
+before anything is embedded. Each text is judged on its first 256 characters; the built-in sets are not
+checked (known text: it is the user's data that may be mis-encoded or in another script), and a
+tokenizer without an unknown token (byte-level BPE) needs no check. ``normaudit probes add`` knows no
+model yet; it runs the same count with the default model's tokenizer (:data:`DEFAULT_MODEL`, when
+installed) and says which tokenizer it used.
 
 Nothing here imports torch or transformers, Prefect or Dask.
 """
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.models import ResolvedModel, get_spec, model_dir, resolve_model, transformer_dir
 
-if TYPE_CHECKING:  # polars and the probe readers load only once the model is known to exist
+if TYPE_CHECKING:  # polars and the probe readers load only after the model spec has been checked
     from pipeline.probes.base import ProbeSet
 
 __all__ = ["DEFAULT_MODEL", "Preflight", "check_audit_inputs", "default_tokenizer_warning", "unknown_only_items"]
