@@ -111,7 +111,8 @@ def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, w
 
 def check_audit_inputs(settings, model: str, probes: list[str], limit: int | None = None,
                        replace: bool = False, say: Callable[[str, str], None] | None = None) -> Preflight:
-    """Resolve the model and load every probe set, raising before anything is started or written.
+    """Resolve the model and load every probe set but the built-in ones, raising before anything is started
+    or written (a built-in name, or a template of one, is valid as given: it is shipped and tested data).
 
     Args:
         settings: the audit's settings (the root holds stored probe sets; probe files use its storage options).
@@ -150,6 +151,8 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
     store = open_store(settings)
     sets = []
     for name in probes:
+        if _shipped(name):  # a built-in name (or template of one) is valid as given: the flow loads it
+            continue
         ps = load_probe_set(name, settings.storage_options(), store=store)
         if brings_file(name):  # the flow refuses this too, but only after Prefect and Dask have started
             refuse_silent_replace(store, ps, name, replace)
@@ -158,9 +161,7 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         sets.append(ps)
     out = Preflight(resolve_model(spec), sets, said["note"], said["warning"])
     vocab = _vocabulary(out.resolved.path)
-    for name, ps in zip(probes, sets, strict=True) if vocab is not None else []:
-        if _shipped(name):  # built-in sets are known text; the user's data is what may be mis-encoded
-            continue
+    for ps in sets if vocab is not None else []:
         audited = ps.head(limit)
         ids = unknown_only_items(audited, vocab)
         if ids:
