@@ -106,9 +106,11 @@ def assert_committed_parts_intact(store: Store) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["sigint-to-the-group", "sigterm-to-the-cli"])
-def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_dir, many_words, sig, to_group):
+@pytest.mark.parametrize("sig, to_group, twice", [(signal.SIGINT, True, False), (signal.SIGTERM, False, False),
+                                                  (signal.SIGINT, True, True)],
+                         ids=["sigint-to-the-group", "sigterm-to-the-cli", "sigint-twice"])
+def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_dir, many_words, sig, to_group,
+                                                          twice):
     root = str(tmp_path / "root")
     store = Store(root)
     proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
@@ -116,13 +118,16 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
     assert any("pipeline.parent_watch" in " ".join(psutil.Process(p).cmdline()) for p in children)  # the API
     sent = time.monotonic()
     (os.killpg if to_group else os.kill)(proc.pid, sig)
+    if twice:  # an impatient user: the second Ctrl-C must neither be needed nor cut the cleanup short
+        time.sleep(0.3)
+        os.killpg(proc.pid, sig)
     try:
         code = proc.wait(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"the audit did not stop within {LIMIT_S} s:\n{err.read_text()[-3000:]}") from None
     took = time.monotonic() - sent
-    print(f"{signal.Signals(sig).name}: exit {code} {took:.2f} s after the signal")
+    print(f"{signal.Signals(sig).name}{' twice' if twice else ''}: exit {code} {took:.2f} s after the signal")
     stderr = err.read_text()
     assert code == 130, stderr[-3000:]
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
@@ -137,7 +142,7 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
     assert held.run_id == run_id and held.released
     done = assert_committed_parts_intact(store)
     assert 0 < done < N_ITEMS
-    if sig is not signal.SIGINT:
+    if sig is not signal.SIGINT or twice:
         return
     # the lease is free: the same audit runs again at once and embeds only the rest, and finishes quietly
     again = subprocess.run(

@@ -29,6 +29,7 @@ def test_theory_run_without_an_api_url_audits_its_checkpoints_and_exits_0(tmp_pa
                          env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "ConnectError" not in out.stderr
+    assert "Future exception was never retrieved" not in out.stderr
     (folder,) = (root / "theory").iterdir()
     checkpoints = pl.read_parquet(folder / "checkpoints.parquet")
     assert sorted(set(checkpoints["release"])) == ["step-000000", "step-000100"]
