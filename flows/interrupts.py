@@ -14,11 +14,21 @@ them in order once the run has recorded its end.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
 import signal
 import sys
 import threading
+import time
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
+
+# A local Dask worker of the CLI is started by multiprocessing's spawn, which names the child and then runs the
+# CLI's main module (hence this import) before any Dask code: the earliest moment it can stop obeying the
+# terminal's Ctrl-C, which a worker killed while starting would turn into a nanny restart that the CLI's stop
+# waits for. pipeline.worker_exit does the same for workers started by other programs; the CLI stops them.
+if multiprocessing.current_process().name != "MainProcess" and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,11 +36,31 @@ class Interrupted(KeyboardInterrupt):
 
 
 def is_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is Ctrl-C or SIGTERM (as Python or as Prefect raise them)."""
+    """Whether ``exc`` is Ctrl-C or SIGTERM (as Python or as Prefect raise them); if so, it is being acted on."""
     # imported here: the CLI installs its handlers before Prefect is imported (seconds of imports)
     from prefect.exceptions import TerminationSignal
 
-    return isinstance(exc, (KeyboardInterrupt, TerminationSignal))
+    if isinstance(exc, (KeyboardInterrupt, TerminationSignal)) or _interrupted.is_set():
+        # after a Ctrl-C any error is its consequence: a library may wrap the KeyboardInterrupt in its own error
+        _pending.clear()
+        return True
+    return False
+
+
+# An interrupt raised in the main thread and not yet acted on. A KeyboardInterrupt that lands in a garbage
+# collector callback or a finalizer (distributed registers one) is printed as "Exception ignored" and lost;
+# while this is set, the interrupt is raised again every RESEND_S until code that acts on it has seen it.
+_pending = threading.Event()
+_interrupted = threading.Event()  # sticky for the command: an interrupt arrived
+RESEND_S, RESENDS = 2.0, 10
+
+
+def _resend_until_seen() -> None:
+    for _ in range(RESENDS):
+        time.sleep(RESEND_S)
+        if not _pending.is_set():
+            return
+        os.kill(os.getpid(), signal.SIGINT)  # to the process: Linux delivers it to the main thread
 
 
 def _note_stopping(signum, frame) -> None:  # noqa: ARG001 - the signal handler protocol
@@ -49,20 +79,28 @@ def _in_main_thread() -> bool:
 
 
 def _raise_interrupt(signum, frame) -> None:  # noqa: ARG001 - the signal handler protocol
+    _interrupted.set()
+    if not _pending.is_set():
+        _pending.set()
+        threading.Thread(target=_resend_until_seen, name="normaudit-interrupt", daemon=True).start()
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
-    """Let SIGTERM stop the CLI as Ctrl-C does (a KeyboardInterrupt), for the duration of the block."""
+    """For the duration of the block, SIGTERM stops the CLI as Ctrl-C does, and neither is ever lost.
+
+    Both raise :class:`KeyboardInterrupt`, raised again until :func:`is_interrupt` (or the CLI) has seen it.
+    """
     if not _in_main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
@@ -107,7 +145,8 @@ def interruptible(command):
             try:
                 return command(*args, **kwargs)
             except KeyboardInterrupt as exc:
-                ignore_further_interrupts()
+                ignore_further_interrupts()  # first: a resent or second signal must not cut the message short
+                _pending.clear()
                 message = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was recorded yet"
                 typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
                 raise typer.Exit(EXIT_INTERRUPTED) from None
