@@ -20,9 +20,11 @@ points at a running server or ``dask_address`` at a running scheduler.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -174,6 +176,13 @@ def start_local_cluster(settings) -> Future | None:
         future: Future = Future()
 
         def run():
+            # Ctrl-C is the CLI's to handle, never its workers': a signal mask is inherited by the threads this
+            # thread starts (the cluster's event loop, the nannies' process threads) and by the worker
+            # processes they spawn, across exec, so a local worker holds SIGINT blocked from its first
+            # instruction, before Python, Dask or torch run. A worker that died of a group Ctrl-C while
+            # starting would be restarted by its nanny, and closing the cluster waits for that restart.
+            # SIGTERM stays open: it is how a nanny stops its worker.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 import dask
                 from distributed import LocalCluster
@@ -198,6 +207,67 @@ def start_local_cluster(settings) -> Future | None:
 def _close_cluster(future: Future) -> None:
     if future.exception() is None:
         future.result().close()
+
+
+def end_local_workers(grace_s: float = 0.5) -> int:
+    """End this process's local Dask worker processes at once; return how many there were.
+
+    Only this process's own children started by multiprocessing's spawn (the nannies' workers) are
+    ended: the temporary API is not one of them, and nothing committed lives in a worker. A worker
+    runs no SIGTERM handler, so it ends at once, mid-import or mid-shard.
+    """
+    import psutil
+
+    workers = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing.spawn" in " ".join(child.cmdline()):
+                workers.append(child)
+    for worker in workers:
+        with contextlib.suppress(psutil.Error):
+            worker.terminate()
+    _, alive = psutil.wait_procs(workers, timeout=grace_s)
+    for worker in alive:
+        with contextlib.suppress(psutil.Error):
+            worker.kill()
+    return len(workers)
+
+
+def close_local_cluster(future: Future, timeout: float, interrupted: bool = False) -> None:
+    """Close a local cluster, waiting up to ``timeout`` for it; after an interrupt, without waiting for workers.
+
+    A nanny that is still starting its worker (the worker imports torch for seconds) makes
+    ``LocalCluster.close`` wait for that start, and a close cut short by its timeout leaves the
+    cluster "closing", which distributed's exit handler then waits 10 s for. After an interrupt
+    the close runs uncut on a helper thread while this one ends every worker process of this
+    process (a nanny may spawn one after the first sweep): a nanny whose worker is gone fails its
+    start at once, and the close completes in about a second.
+    """
+    def close() -> None:
+        with contextlib.suppress(Exception):  # the run has recorded its end: a failing close is no news
+            future.result(timeout=timeout).close(timeout=None if interrupted else timeout)
+
+    if not interrupted:
+        close()
+        return
+    closer = Thread(target=close, name="normaudit-close-cluster", daemon=True)
+    closer.start()
+    deadline = time.monotonic() + timeout
+    while closer.is_alive() and time.monotonic() < deadline:
+        end_local_workers(grace_s=0.2)
+        closer.join(0.1)
+    end_local_workers(grace_s=0.2)
+
+
+def stop_after_interrupt(timeout: float = 3.0) -> None:
+    """After an interrupt that came before a run took the local cluster: close it and its workers now.
+
+    Left to distributed's exit handler, a cluster whose workers are still starting holds the exit for 10 s.
+    """
+    global _cluster
+    if _cluster is not None:
+        future, _cluster = _cluster[1], None
+        close_local_cluster(future, timeout, interrupted=True)
 
 
 def take_local_cluster(settings) -> Future | None:

@@ -14,21 +14,13 @@ them in order once the run has recorded its end.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import functools
 import os
 import signal
 import sys
 import threading
-import time
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
-
-# A local Dask worker of the CLI is started by multiprocessing's spawn, which names the child and then runs the
-# CLI's main module (hence this import) before any Dask code: the earliest moment it can stop obeying the
-# terminal's Ctrl-C, which a worker killed while starting would turn into a nanny restart that the CLI's stop
-# waits for. pipeline.worker_exit does the same for workers started by other programs; the CLI stops them.
-if multiprocessing.current_process().name != "MainProcess" and threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -47,20 +39,39 @@ def is_interrupt(exc: BaseException) -> bool:
     return False
 
 
-# An interrupt raised in the main thread and not yet acted on. A KeyboardInterrupt that lands in a garbage
-# collector callback or a finalizer (distributed registers one) is printed as "Exception ignored" and lost;
-# while this is set, the interrupt is raised again every RESEND_S until code that acts on it has seen it.
+def interrupt_seen() -> bool:
+    """Whether a Ctrl-C or SIGTERM arrived during the current command (see :func:`terminate_as_interrupt`)."""
+    return _interrupted.is_set()
+
+
+# An interrupt raised in the main thread and not yet acted on. Python runs a signal handler between any two
+# bytecodes of the main thread, also inside a weakref callback, a finalizer or a gc callback (importlib and
+# distributed run such callbacks all the time while starting); a KeyboardInterrupt raised there is reported
+# to sys.unraisablehook ("Exception ignored in ...") and lost. The hook below notes such a loss and the
+# resender raises the interrupt again at once, from outside that callback. A library that swallows the
+# interrupt some other way (an ``except BaseException``) is covered by a resend every RESEND_S; both stop
+# once code that acts on the interrupt has seen it (:func:`is_interrupt`, or the CLI's wrapper).
 _pending = threading.Event()
+_lost = threading.Event()  # the pending interrupt was swallowed by a callback: resend it now
 _interrupted = threading.Event()  # sticky for the command: an interrupt arrived
 RESEND_S, RESENDS = 2.0, 10
 
 
 def _resend_until_seen() -> None:
     for _ in range(RESENDS):
-        time.sleep(RESEND_S)
+        _lost.wait(RESEND_S)
+        _lost.clear()
         if not _pending.is_set():
             return
-        os.kill(os.getpid(), signal.SIGINT)  # to the process: Linux delivers it to the main thread
+        # to the process: the interpreter runs the Python handler in the main thread, where the run waits
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def _note_lost(unraisable, previous=None) -> None:
+    if _pending.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _lost.set()  # resent by _resend_until_seen; its traceback would only be noise
+        return
+    (previous or sys.__unraisablehook__)(unraisable)
 
 
 def _note_stopping(signum, frame) -> None:  # noqa: ARG001 - the signal handler protocol
@@ -95,12 +106,17 @@ def terminate_as_interrupt():
     if not _in_main_thread():
         yield
         return
+    _interrupted.clear()
     previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_note_lost, previous=previous_hook)
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        sys.unraisablehook = previous_hook
+        if not _interrupted.is_set():  # after an interrupt the handlers of ignore_further_interrupts stay
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 @contextlib.contextmanager
@@ -135,8 +151,6 @@ def interruptible(command):
     The run itself has recorded its end by then (:func:`flows.audit.run_audit`); this only turns the
     interrupt into what a shell expects from a Ctrl-C'd command, without a traceback.
     """
-    import functools
-
     @functools.wraps(command)
     def run(*args, **kwargs):
         import typer
@@ -149,6 +163,9 @@ def interruptible(command):
                 _pending.clear()
                 message = str(exc) if isinstance(exc, Interrupted) else "interrupted; nothing was recorded yet"
                 typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+                from flows.boot import stop_after_interrupt  # imports nothing heavy
+
+                stop_after_interrupt()  # a local cluster no run took yet (the interrupt came first)
                 raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return run

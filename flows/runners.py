@@ -10,8 +10,8 @@ import threading
 
 from prefect_dask import DaskTaskRunner
 
-from flows.boot import local_cluster_kwargs, take_local_cluster
-from flows.interrupts import shielded
+from flows.boot import close_local_cluster, local_cluster_kwargs, take_local_cluster
+from flows.interrupts import interrupt_seen, shielded
 from pipeline.settings import Settings
 
 CLUSTER_CLOSE_TIMEOUT_S = 4.0
@@ -42,9 +42,8 @@ def early_local_cluster(settings: Settings):
     finally:
         # Bounded: a worker still starting is waited for by Dask's close; after an interrupt the run has
         # recorded its end, and a worker left behind ends with this process (distributed's parent watch).
-        with shielded("stopping: closing the local Dask workers (a few seconds at most)"), \
-                contextlib.suppress(Exception):
-            future.result(timeout=CLUSTER_CLOSE_TIMEOUT_S).close(timeout=CLUSTER_CLOSE_TIMEOUT_S)
+        with shielded("stopping: closing the local Dask workers (a few seconds at most)"):
+            close_local_cluster(future, CLUSTER_CLOSE_TIMEOUT_S, interrupted=interrupt_seen())
 
 
 def _runner_has_gpus() -> bool:
