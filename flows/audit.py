@@ -162,9 +162,10 @@ def audit_release(
         params={**embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
                 "batch_tokens": settings.batch_tokens, "device": settings.device},
     )
-    tasks.register_run(settings, run)
     summary = AuditSummary(run.run_id, model_name, release, resolved.fingerprint, open_store(settings).root_url)
     try:
+        # inside: an interrupt while the record is written (its liveness marker first) is recorded too
+        tasks.register_run(settings, run)
         for abandoned in tasks.sweep_abandoned_runs(settings):  # runs a SIGKILL or a crash ended unrecorded
             get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
         tasks.open_release(settings, model_name, release, run.run_id)  # one audit per release at a time

@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import importlib.util
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -177,11 +178,13 @@ def start_local_cluster(settings) -> Future | None:
 
         def run():
             # Ctrl-C is the CLI's to handle, never its workers': a signal mask is inherited by the threads this
-            # thread starts (the cluster's event loop, the nannies' process threads) and by the worker
-            # processes they spawn, across exec, so a local worker holds SIGINT blocked from its first
-            # instruction, before Python, Dask or torch run. A worker that died of a group Ctrl-C while
-            # starting would be restarted by its nanny, and closing the cluster waits for that restart.
-            # SIGTERM stays open: it is how a nanny stops its worker.
+            # thread starts (the cluster's event loop, the nannies' process threads) and by the worker processes
+            # they spawn, across exec, so a local worker holds SIGINT blocked from its first instruction, before
+            # Python, Dask or torch run (a worker that died of a group Ctrl-C while starting would print a
+            # traceback and be restarted by its nanny). multiprocessing's resource tracker unblocks SIGINT in the
+            # thread that starts it, so it is started first (by a spawn lock). SIGTERM stays open: it is how a
+            # nanny stops its worker.
+            multiprocessing.get_context("spawn").Lock()
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 import dask
@@ -250,6 +253,10 @@ def close_local_cluster(future: Future, timeout: float, interrupted: bool = Fals
     if not interrupted:
         close()
         return
+    # A nanny whose worker was ended here reports its failed start through tornado's and distributed's loggers,
+    # with a traceback: expected at this point, and noise under the run's one error line.
+    for name in ("tornado.application", "distributed.nanny", "distributed.deploy.spec"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     closer = Thread(target=close, name="normaudit-close-cluster", daemon=True)
     closer.start()
     deadline = time.monotonic() + timeout

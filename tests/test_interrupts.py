@@ -241,3 +241,88 @@ def test_the_next_audit_of_any_release_sweeps_abandoned_runs(tmp_path, tiny_mode
     store = Store(root)
     assert run_status(store, "dead-run") == "abandoned"
     assert not store.exists("staging/dead-run") and store.glob("staging/*") == []
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Every live process of the CLI's session: the CLI, its workers and its API (in a group of its own)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def blocks_sigint(pid: int) -> bool:
+    """Whether the process holds SIGINT blocked (Linux /proc), i.e. a terminal's Ctrl-C never reaches it."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    raise AssertionError(f"no SigBlk in /proc/{pid}/status")
+
+
+def wait_for_phase(proc: subprocess.Popen, phase: str, root: Path, err: Path) -> float:
+    """Wait until the audit reaches ``phase``; return the seconds since it started."""
+    started, deadline = time.monotonic(), time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the audit ended before {phase}:\n{err.read_text()[-3000:]}")
+        elapsed = time.monotonic() - started
+        if phase.endswith("s") and elapsed >= float(phase[:-1]):
+            return elapsed
+        if phase == "pre-flight" and "note: " in err.read_text():  # the pre-flight says what it inferred
+            return elapsed
+        if phase == "first-worker-spawned":
+            workers = [p for p in psutil.Process(proc.pid).children()
+                       if "multiprocessing.spawn" in " ".join(p.cmdline())]
+            if workers:
+                if sys.platform == "linux":  # from its first instruction: it never dies of the Ctrl-C
+                    assert blocks_sigint(workers[0].pid)
+                return elapsed
+        if phase == "run-registered" and list((root / "runs" / "running").glob("*.json")):
+            return elapsed
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"{phase} not reached within 300 s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["pre-flight", "4s", "first-worker-spawned", "run-registered"])
+def test_ctrl_c_at_start_up_exits_130_within_10s_and_leaves_nothing(tmp_path, tiny_model_dir, many_words, phase):
+    """Group SIGINT while the CLI checks its inputs, boots the API, starts its workers or loads the probes."""
+    root = tmp_path / "root"
+    proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, str(root))
+    at = wait_for_phase(proc, phase, root, err)
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"Ctrl-C at {phase} did not stop the audit within {LIMIT_S} s:\n"
+                             f"{err.read_text()[-3000:]}") from None
+    took = time.monotonic() - sent
+    print(f"Ctrl-C at {phase} ({at:.1f} s after start): exit {code} {took:.2f} s later")
+    stderr = err.read_text()
+    assert code == 130, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "interrupted" in errors[0], stderr[-3000:]
+    assert "Traceback" not in stderr + out.read_text()
+    deadline = sent + LIMIT_S
+    while (left := session_processes(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], [p.cmdline() for p in left]  # no API, no worker, no nanny restart survives it
+
+    store = Store(str(root))
+    assert not store.exists("staging") or store.glob("staging/*") == []
+    if "is recorded as interrupted" in errors[0]:
+        run_id, status, message = the_run(store)
+        assert status == "interrupted" and "SIGINT" in message and run_id in errors[0]
+        held = lease.current_lease(store, "tiny", "r")
+        assert held is None or (held.run_id == run_id and held.released)
+    else:  # before the run was registered: the message says so, and the store holds no run
+        assert "nothing was" in errors[0], errors
+        assert phase != "run-registered"
+        assert not store.exists("runs/running") or store.glob("runs/running/*") == []
