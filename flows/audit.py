@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.futures import as_completed
 
 from flows import tasks
-from flows.interrupts import Interrupted, is_interrupt, shielded
+from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
 from flows.runners import api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
 from pipeline.compare import AlertThresholds, ReleaseRegression
 from pipeline.progress import reporter
@@ -214,7 +214,8 @@ def _signal_name(exc: BaseException) -> str:
     signum = getattr(exc, "signal", None)  # Prefect's TerminationSignal carries it
     if signum is not None:
         return signal.Signals(signum).name
-    return str(exc) or "SIGINT (Ctrl-C)"
+    # the CLI's handler noted the signal; ``exc`` may be a library's error wrapped around the interrupt
+    return interrupt_signal() or (str(exc) if isinstance(exc, KeyboardInterrupt) else "") or "SIGINT (Ctrl-C)"
 
 
 def _record_end(settings: Settings, model: str, release: str, run: RunRecord, timings: dict) -> None:

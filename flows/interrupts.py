@@ -44,6 +44,11 @@ def interrupt_seen() -> bool:
     return _interrupted.is_set()
 
 
+def interrupt_signal() -> str | None:
+    """The name of the first signal that interrupted the current command (``SIGINT``, ``SIGTERM``), if any."""
+    return _first_signal[0] if _first_signal else None
+
+
 # An interrupt raised in the main thread and not yet acted on. Python runs a signal handler between any two
 # bytecodes of the main thread, also inside a weakref callback, a finalizer or a gc callback (importlib and
 # distributed run such callbacks all the time while starting); a KeyboardInterrupt raised there is reported
@@ -54,6 +59,7 @@ def interrupt_seen() -> bool:
 _pending = threading.Event()
 _lost = threading.Event()  # the pending interrupt was swallowed by a callback: resend it now
 _interrupted = threading.Event()  # sticky for the command: an interrupt arrived
+_first_signal: list[str] = []  # the name of the signal that set it
 RESEND_S, RESENDS = 2.0, 10
 
 
@@ -90,6 +96,9 @@ def _in_main_thread() -> bool:
 
 
 def _raise_interrupt(signum, frame) -> None:  # noqa: ARG001 - the signal handler protocol
+    if not _interrupted.is_set():
+        # kept apart from the exception: a library may wrap the KeyboardInterrupt in an error of its own
+        _first_signal[:] = [signal.Signals(signum).name]
     _interrupted.set()
     if not _pending.is_set():
         _pending.set()
@@ -107,6 +116,7 @@ def terminate_as_interrupt():
         yield
         return
     _interrupted.clear()
+    _first_signal.clear()
     previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     previous_hook = sys.unraisablehook
     sys.unraisablehook = functools.partial(_note_lost, previous=previous_hook)
