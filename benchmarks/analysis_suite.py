@@ -21,7 +21,7 @@ cost time, not memory. The bootstrap's own ratio and the rest's are printed apar
     python benchmarks/analysis_suite.py [--items 10000000] [--resamples 10] [--duckdb-memory 10GB]
                                         [--plain-connection]
 
-DuckDB runs on a connection made as the audit's catalog makes it (``pipeline.catalog.connect``: the
+DuckDB runs on a connection made as the audit's catalog makes it (``pipeline.storage.catalog.connect``: the
 default memory limit, 80% of RAM, and freed buffer memory kept until the connection closes) unless
 ``--duckdb-memory`` sets a limit or ``--plain-connection`` asks for a plain ``duckdb.connect()``.
 """
@@ -38,8 +38,8 @@ import pandas as pd
 import pyarrow as pa
 from scipy import stats
 
-from pipeline.analysis import run_query
-from pipeline.catalog import connect
+from pipeline.analysis.sql import run_query
+from pipeline.storage.catalog import connect
 
 SUITE = [
     "norm_vs_property",
@@ -352,7 +352,8 @@ def main() -> None:
     parser.add_argument("--duckdb-memory", default=None,
                         help="DuckDB memory_limit (it spills beyond); default: DuckDB's, as in the audit")
     parser.add_argument("--plain-connection", action="store_true",
-                        help="a plain duckdb.connect() instead of the catalog's connection (pipeline.catalog.connect)")
+                        help="a plain duckdb.connect() instead of the catalog's connection "
+                             "(pipeline.storage.catalog.connect)")
     args = parser.parse_args()
     mem = meminfo_gib("MemFree", "Cached")
     # DuckDB's side faults in ~9 GiB of fresh memory: with a full page cache the kernel reclaims it page by

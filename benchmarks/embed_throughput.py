@@ -216,9 +216,9 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from pipeline.batching import chunk_bounds
-    from pipeline.embed import Embedder, pick_device
-    from pipeline.models import get_spec, resolve_model
+    from pipeline.embedding.batching import chunk_bounds
+    from pipeline.embedding.embed import Embedder, pick_device
+    from pipeline.embedding.models import get_spec, resolve_model
 
     torch.set_num_threads(args.threads)
     device = pick_device(args.device)

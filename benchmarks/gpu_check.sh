@@ -4,7 +4,7 @@
 #     bash benchmarks/gpu_check.sh [OUT_DIR]          # logs go to OUT_DIR (default ./bench-out)
 #
 # Steps, each logged to OUT_DIR (the script goes on after a failed step and exits 1 at the end):
-#   1. If `python3 -c "import pipeline.embed, pipeline.models, pipeline.testing"` fails and a `.whl/`
+#   1. If `python3 -c "import pipeline.embedding.embed, pipeline.embedding.models, tests.builders"` fails and a `.whl/`
 #      folder is present, install its wheels (--no-deps) into $SITE_DIR and put that on PYTHONPATH
 #      (for machines that cannot download: benchmarks/gpu_prepare.sh fetches them, pydantic & co).
 #   2. env.log: nvidia-smi, python, torch/CUDA/transformers/sentence-transformers versions, the GPU.
@@ -38,7 +38,7 @@ failed=()
 echo "gpu_check: output in $out"
 
 # 1. wheels, only where the import chain needs them
-if ! "$py" -c "import pipeline.embed, pipeline.models, pipeline.testing" 2>/dev/null; then
+if ! "$py" -c "import pipeline.embedding.embed, pipeline.embedding.models, tests.builders" 2>/dev/null; then
     if compgen -G ".whl/*.whl" >/dev/null; then
         site=${SITE_DIR:-/tmp/site}
         "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
@@ -46,8 +46,8 @@ if ! "$py" -c "import pipeline.embed, pipeline.models, pipeline.testing" 2>/dev/
         export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
         echo "gpu_check: installed $(ls .whl/*.whl | wc -l) wheels from .whl into $site"
     fi
-    "$py" -c "import pipeline.embed, pipeline.models, pipeline.testing" \
-        || { echo "gpu_check: pipeline.embed does not import (see above); run benchmarks/gpu_prepare.sh"; exit 1; }
+    "$py" -c "import pipeline.embedding.embed, pipeline.embedding.models, tests.builders" \
+        || { echo "gpu_check: pipeline.embedding.embed does not import (see above); run benchmarks/gpu_prepare.sh"; exit 1; }
 fi
 
 # 2. environment
@@ -86,7 +86,7 @@ if [ -z "$model" ]; then
     elif [ -d "$minilm_files" ]; then
         model=${TMPDIR:-/tmp}/normaudit-gpu-check/minilm-l6-random
         rm -rf "$model"
-        "$py" -c "import sys; from pipeline.testing import build_random_like; build_random_like(*sys.argv[1:])" \
+        "$py" -c "import sys; from tests.builders import build_random_like; build_random_like(*sys.argv[1:])" \
             "$minilm_files" "$model" || failed+=(model)
         echo "gpu_check: benchmark model = all-MiniLM-L6-v2 architecture with RANDOM weights at $model"
     else

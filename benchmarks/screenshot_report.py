@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pipeline.catalog import open_catalog
-from pipeline.report import render_report
-from pipeline.store import Store
+from pipeline.analysis.report import render_report
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
 
 
 def screenshot(page: Path, out: Path, width: int = 1200, height: int = 3000) -> float:

@@ -1,4 +1,4 @@
-"""Exact top-10 retrieval by cosine: inside DuckDB (sql/retrieval_topk.sql) vs numpy (pipeline/retrieval.py).
+"""Exact top-10 retrieval by cosine: inside DuckDB (sql/retrieval_topk.sql) vs numpy (pipeline/analysis/retrieval.py).
 
 Both read the same DuckDB tables in one process; the numpy side includes fetching the vectors out of
 DuckDB. Prints seconds and the ratio, and checks the two agree on the top-1 document.
@@ -15,8 +15,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from pipeline.analysis import run_query
-from pipeline.retrieval import exact_topk, load_retrieval_sets
+from pipeline.analysis.retrieval import exact_topk, load_retrieval_sets
+from pipeline.analysis.sql import run_query
 
 
 def build(con: duckdb.DuckDBPyConnection, n_queries: int, n_docs: int, dim: int) -> None:

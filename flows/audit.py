@@ -20,13 +20,13 @@ from prefect.futures import as_completed
 from flows import tasks
 from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
 from flows.runners import api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
-from pipeline.compare import AlertThresholds, ReleaseRegression
+from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
+from pipeline.audit.steps import embedding_params, manifest_template
 from pipeline.progress import reporter
-from pipeline.runs import RunRecord, new_run_id, run_status
+from pipeline.quality.suites import warm_gates
 from pipeline.settings import Settings, load_settings
-from pipeline.steps import embedding_params, manifest_template
-from pipeline.store import open_store
-from pipeline.validate import warm_gates
+from pipeline.storage.runs import RunRecord, new_run_id, run_status
+from pipeline.storage.store import open_store
 
 # How an audit that stopped early is recorded in ``runs``.
 INTERRUPTED, FAILED = "interrupted", "failed"

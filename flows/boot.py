@@ -61,8 +61,8 @@ class TemporaryAPI:
             "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
         }
         self.process = subprocess.Popen(
-            # under pipeline.parent_watch: the server stops when this process is gone, even after a SIGKILL
-            [sys.executable, "-m", "pipeline.parent_watch", str(os.getpid()),
+            # under flows.parent_watch: the server stops when this process is gone, even after a SIGKILL
+            [sys.executable, "-m", "flows.parent_watch", str(os.getpid()),
              "uvicorn", "--app-dir", os.path.dirname(prefect_dir), "--factory",
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "error", "--lifespan", "on"],
@@ -153,7 +153,7 @@ def local_cluster_kwargs(settings) -> dict:
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
         "silence_logs": logging.WARNING,
         # worker_exit first: it makes the worker ignore Ctrl-C before warmup spends seconds importing torch
-        "preload": ["pipeline.worker_exit", "pipeline.warmup"],
+        "preload": ["pipeline.worker_exit", "pipeline.embedding.warmup"],
     }
 
 

@@ -1,4 +1,4 @@
-"""Prefect tasks: each wraps one step of ``pipeline.steps`` and carries its retry policy.
+"""Prefect tasks: each wraps one step of ``pipeline.audit.steps`` and carries its retry policy.
 
 Retries where a retry can help (storage I/O); none where it cannot (bad input,
 a model that fails validation). ``cache_policy=NONE``: results are committed to
@@ -10,16 +10,16 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from pipeline import steps
-from pipeline.models import get_spec
-from pipeline.models import resolve_model as _resolve_model
-from pipeline.runs import write_run
+from pipeline.audit import steps
+from pipeline.embedding.models import get_spec
+from pipeline.embedding.models import resolve_model as _resolve_model
+from pipeline.storage.runs import write_run
 
 
 def _worth_retrying(task, task_run, state) -> bool:
     """Retry storage hiccups; never bad data, a held lease or a corrupt part (a retry cannot fix them)."""
-    from pipeline.lease import LeaseHeldError, LeaseLostError
-    from pipeline.store import CorruptPartError
+    from pipeline.storage.lease import LeaseHeldError, LeaseLostError
+    from pipeline.storage.store import CorruptPartError
 
     return not isinstance(state.data, (ValueError, LeaseHeldError, LeaseLostError, CorruptPartError))
 
@@ -42,7 +42,7 @@ def load_probes(settings, spec: str, run_id: str | None = None, replace: bool = 
 @task(cache_policy=NONE, **STORAGE_RETRIES)
 def register_run(settings, run):
     """Write the run's record (status running, then the final status)."""
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     write_run(open_store(settings), run)
     return run.run_id
@@ -81,8 +81,8 @@ def commit_token_norms(settings, computed, model: str, release: str, run_id: str
 @task(cache_policy=NONE, **STORAGE_RETRIES)
 def open_release(settings, model: str, release: str, run_id: str):
     """Take the release's lease: one audit of a model release at a time."""
-    from pipeline.gates import open_release as _open
-    from pipeline.store import open_store
+    from pipeline.quality.gates import open_release as _open
+    from pipeline.storage.store import open_store
 
     return _open(open_store(settings), model, release, run_id)
 
@@ -90,8 +90,8 @@ def open_release(settings, model: str, release: str, run_id: str):
 @task(cache_policy=NONE)
 def close_release(settings, model: str, release: str, run_id: str, data_docs: bool = True):
     """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
-    from pipeline.gates import close_release as _close
-    from pipeline.store import open_store
+    from pipeline.quality.gates import close_release as _close
+    from pipeline.storage.store import open_store
 
     return _close(open_store(settings), model, release, run_id, data_docs)
 
@@ -117,7 +117,7 @@ def find_new_releases(settings, watched):
 @task(cache_policy=NONE, **STORAGE_RETRIES)
 def clean_staging(settings, run_id: str):
     """Remove the run's staging folder: empty once every shard is committed, useless once the run ended."""
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     open_store(settings).rm(f"staging/{run_id}", recursive=True)
 
@@ -125,8 +125,8 @@ def clean_staging(settings, run_id: str):
 @task(cache_policy=NONE, **STORAGE_RETRIES)
 def sweep_abandoned_runs(settings):
     """Record runs whose process is gone as ``abandoned`` and remove the staging no live run owns."""
-    from pipeline.runs import find_abandoned, sweep_abandoned
-    from pipeline.store import open_store
+    from pipeline.storage.runs import find_abandoned, sweep_abandoned
+    from pipeline.storage.store import open_store
 
     store = open_store(settings)
     found = find_abandoned(store)

@@ -11,9 +11,9 @@ from prefect import flow, get_run_logger
 
 from flows import tasks
 from flows.audit import audit_release
-from pipeline.compare import ReleaseRegression
+from pipeline.analysis.compare import ReleaseRegression
+from pipeline.audit.watch import AuditsConfig, WatchedModel
 from pipeline.settings import load_settings
-from pipeline.watch import AuditsConfig, WatchedModel
 
 
 @flow(name="watch_releases")

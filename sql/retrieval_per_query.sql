@@ -1,6 +1,6 @@
 -- retrieval_per_query: per query and scoring rule, how well the top 10 retrieved documents answer it.
 -- Input: retrieval_rankings (probe_set, alpha, query_id, rank, doc_id, score), the exact top-10 search of
--- pipeline/retrieval.py registered on the connection: alpha = 0 ranks by cosine, alpha = a by
+-- pipeline/analysis/retrieval.py registered on the connection: alpha = 0 ranks by cosine, alpha = a by
 -- cosine * ||doc||^a; qrels from probe_relations (relation 'relevant', left_id = query, right_id = doc,
 -- value = graded relevance, > 0 relevant). Only judged documents that are in the searched corpus count, and
 -- only queries with at least one such relevant document are scored.

@@ -1,5 +1,5 @@
 -- retrieval_topk: exact top-k documents by cosine similarity for every query, computed inside DuckDB.
--- The audit runs the faster numpy search of pipeline/retrieval.py instead (benchmarks/topk_search.py
+-- The audit runs the faster numpy search of pipeline/analysis/retrieval.py instead (benchmarks/topk_search.py
 -- measures both); this query is its reference and the DuckDB side of that benchmark.
 -- Ties in score are broken by doc_id.
 -- params:  $model, $release, $k

@@ -1,5 +1,5 @@
 -- retrieval_vectors: the stored vectors of the queries and documents of retrieval probe sets, for the
--- exact top-k search (pipeline/retrieval.py). A retrieval probe set keeps queries and documents as items
+-- exact top-k search (pipeline/analysis/retrieval.py). A retrieval probe set keeps queries and documents as items
 -- of kind 'query' and 'doc'; probe sets without both kinds embedded are left out.
 -- params:  $model, $release
 -- columns: probe_set, kind ('query' | 'doc'), item_id, norm, vector

@@ -1,7 +1,7 @@
 -- stg_analysis_groups: the (probe set, property) pairs of a release's probe sets, by integer key.
 -- stg_analysis_values keys its rows by group_key alone (strings in 30 million staged rows cost more to write
 -- and sort than the whole lookup); the analyses take the names from here.
--- pipeline/analysis.py creates it as a temporary table of this name, like stg_analysis_values.
+-- pipeline/analysis/sql.py creates it as a temporary table of this name, like stg_analysis_values.
 -- params:  $model, $release
 -- columns: group_key (hash(probe_set, property), as in stg_analysis_values), probe_set, property,
 --          set_id (numbering the probe sets in name order), set_items (embedded items of the probe set)

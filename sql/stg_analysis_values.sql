@@ -3,7 +3,7 @@
 -- with the item's norm, token count and zipf beside the value, and the ranks of each. norm_vs_property,
 -- norm_vs_property_ci and norm_by_bin read this table instead of joining embeddings to probe_properties on
 -- strings and sorting values each: the string join and the sorts are the costly part, and are done once.
--- pipeline/analysis.py creates it as a temporary table of this name on a connection, for one scope, before
+-- pipeline/analysis/sql.py creates it as a temporary table of this name on a connection, for one scope, before
 -- the first query that reads it (and again when a query asks for another model or release).
 --   group_key  hash(probe_set, property): one integer per (probe set, property); stg_analysis_groups has
 --              the names

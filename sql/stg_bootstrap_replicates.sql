@@ -1,5 +1,5 @@
 -- stg_bootstrap_replicates: the bootstrap replicate statistics of norm_vs_property, one batch of replicates.
--- norm_vs_property_ci takes its intervals from them. pipeline/analysis.py creates a temporary table of this name
+-- norm_vs_property_ci takes its intervals from them. pipeline/analysis/sql.py creates a temporary table of this name
 -- for one (model, release, seed, resamples), running this query once per batch of replicates
 -- $first_resample .. $first_resample + $batch_resamples - 1: a batch's rows grow with its replicates, so
 -- batches bound the memory of a large probe set (its statistics do not depend on the batching).

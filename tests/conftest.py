@@ -30,7 +30,7 @@ def shared_data(name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A deterministic tiny sentence-transformers model, built locally (no hub)."""
-    from pipeline.testing import build_tiny_model
+    from tests.builders import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-st") / "tiny", kind="sentence-transformers")
 
@@ -38,7 +38,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_hf_model_dir(tmp_path_factory) -> Path:
     """A deterministic tiny plain-transformers model (mean pooling configured by the spec)."""
-    from pipeline.testing import build_tiny_model
+    from tests.builders import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-hf") / "tiny-hf", kind="transformers")
 

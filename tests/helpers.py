@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.parts import commit_part, embeddings_table, stage_part
 from pipeline.probes import ProbeSet, write_probe_tables
-from pipeline.shards import split_shards
-from pipeline.store import Manifest, Store
+from pipeline.storage.parts import commit_part, embeddings_table, stage_part
+from pipeline.storage.shards import split_shards
+from pipeline.storage.store import Manifest, Store
 
 
 @dataclass

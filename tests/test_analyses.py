@@ -7,10 +7,10 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline.analysis import run_analysis, run_query
-from pipeline.catalog import open_catalog
+from pipeline.analysis.sql import run_analysis, run_query
 from pipeline.probes import ProbeSet
-from pipeline.store import Store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
 from tests.helpers import store_synthetic, word_probe_set
 
 

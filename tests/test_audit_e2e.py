@@ -9,10 +9,10 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
-from pipeline.cli import app
+from pipeline.cli.main import app
 from pipeline.settings import load_settings
-from pipeline.store import open_store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +46,8 @@ def local_run(tmp_path_factory, tiny_model_dir, probe_file, prefect_api):
 
 
 def test_audit_stores_every_item_once_with_raw_norms(local_run, tiny_model_dir, probe_file):
-    from pipeline.embed import Embedder
-    from pipeline.models import get_spec, resolve_model
+    from pipeline.embedding.embed import Embedder
+    from pipeline.embedding.models import get_spec, resolve_model
 
     root, summary = local_run
     con = open_catalog(open_store(load_settings(root=root)))

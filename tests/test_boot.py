@@ -62,7 +62,7 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
     assert take_local_cluster(settings) is first
     cluster = first.result(timeout=120)
     try:
-        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.worker_exit", "pipeline.warmup"]
+        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.worker_exit", "pipeline.embedding.warmup"]
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
         # a lost worker that never comes back fails its tasks after two minutes instead of a wait forever
         assert cluster.scheduler.no_workers_timeout == 120

@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
 from pipeline.settings import load_settings
-from pipeline.store import open_store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import open_store
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -61,7 +61,8 @@ def _cluster(worker_args: list[list[str]]):
     for extra in worker_args:
         procs.append(subprocess.Popen(
             [str(BIN / "dask"), "worker", address, "--nthreads", "1", "--no-dashboard",
-             "--preload", "pipeline.warmup", *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--preload", "pipeline.embedding.warmup", *extra],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     from distributed import Client
 
     try:
@@ -101,7 +102,7 @@ def test_external_scheduler_gives_same_results_as_local(tmp_path, tiny_model_dir
     from distributed import Client
 
     def loaded_models():
-        from pipeline.embed import _EMBEDDERS
+        from pipeline.embedding.embed import _EMBEDDERS
 
         return len(_EMBEDDERS)
 

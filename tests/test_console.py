@@ -43,7 +43,7 @@ def nan_model_and_probes(tmp_path_factory):
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    from pipeline.testing import build_tiny_model
+    from tests.builders import build_tiny_model
 
     folder = tmp_path_factory.mktemp("nan")
     path = build_tiny_model(folder / "tiny-nan")

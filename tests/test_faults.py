@@ -21,11 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
-from pipeline.cli import app
+from pipeline.cli.main import app
 from pipeline.settings import load_settings
-from pipeline.store import CorruptPartError, Store, open_store
-from pipeline.verify import repair, verify_root
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import CorruptPartError, Store, open_store
+from pipeline.storage.verify import repair, verify_root
 from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.slow
@@ -48,8 +48,8 @@ def probe_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def expected_norms(tiny_model_dir, probe_file):
     """Norms of an in-process forward pass: what every audit below must store, row for row."""
-    from pipeline.embed import Embedder
-    from pipeline.models import get_spec, resolve_model
+    from pipeline.embedding.embed import Embedder
+    from pipeline.embedding.models import get_spec, resolve_model
 
     items = pl.read_csv(probe_file).sort("item_id")
     res = Embedder(resolve_model(get_spec(str(tiny_model_dir)))).embed(items["text"].to_list())
@@ -212,7 +212,7 @@ def test_two_audits_of_one_release_one_wins_the_other_stops_cleanly(tmp_path, ti
 
     root = str(tmp_path / "root")
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "NORMAUDIT_SHARD_SIZE": str(SHARD)}
-    cmd = [sys.executable, "-m", "pipeline.cli", "audit", "--model", str(tiny_model_dir), "--probes", probe_file,
+    cmd = [sys.executable, "-m", "pipeline.cli.main", "audit", "--model", str(tiny_model_dir), "--probes", probe_file,
            "--root", root, "--release", "r1", "--workers", "1"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]

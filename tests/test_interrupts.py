@@ -21,11 +21,11 @@ import polars as pl
 import psutil
 import pytest
 
-from pipeline import lease
-from pipeline.catalog import open_catalog
-from pipeline.runs import RunRecord, find_abandoned, run_status, sweep_abandoned, write_run
-from pipeline.store import Store
-from pipeline.verify import verify_root
+from pipeline.storage import lease
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.runs import RunRecord, find_abandoned, run_status, sweep_abandoned, write_run
+from pipeline.storage.store import Store
+from pipeline.storage.verify import verify_root
 
 BIN = Path(sys.executable).parent
 N_ITEMS, SHARD = 400, 8  # 50 shards: embedding lasts long enough to be interrupted mid-way
@@ -115,7 +115,7 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
     store = Store(root)
     proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
     children = wait_mid_embedding(proc, store, err)
-    assert any("pipeline.parent_watch" in " ".join(psutil.Process(p).cmdline()) for p in children)  # the API
+    assert any("flows.parent_watch" in " ".join(psutil.Process(p).cmdline()) for p in children)  # the API
     sent = time.monotonic()
     (os.killpg if to_group else os.kill)(proc.pid, sig)
     if twice:  # an impatient user: the second Ctrl-C must neither be needed nor cut the cleanup short
@@ -186,7 +186,7 @@ def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_r
 def _leave_a_dead_run(root: str, run_id: str) -> None:
     """A process that records a run as running, stages a part and dies without ending it (as after SIGKILL)."""
     code = (
-        "import sys; from pipeline.runs import RunRecord, write_run; from pipeline.store import Store; "
+        "import sys; from pipeline.storage.runs import RunRecord, write_run; from pipeline.storage.store import Store; "
         f"s = Store({root!r}); write_run(s, RunRecord({run_id!r}, 'm', 'r0', 'f' * 64, 'p', {{}})); "
         f"s.write_bytes_atomic('staging/{run_id}/p/part-x.parquet', b'half a part')"
     )

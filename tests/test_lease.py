@@ -9,16 +9,16 @@ import time
 
 import pytest
 
-from pipeline import lease
-from pipeline.lease import LeaseHeldError, LeaseLostError
-from pipeline.store import Store
+from pipeline.storage import lease
+from pipeline.storage.lease import LeaseHeldError, LeaseLostError
+from pipeline.storage.store import Store
 
 
 def _store(kind, tmp_path, request) -> Store:
     if kind == "local":
         return Store(str(tmp_path / "root"))
     from pipeline.settings import load_settings
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     return open_store(load_settings(root=request.getfixturevalue("s3_env")))
 
@@ -74,7 +74,7 @@ def test_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(store):
 
 def test_lease_of_a_dead_process_is_free(tmp_path):
     store = Store(str(tmp_path / "root"))
-    code = ("from pipeline.store import Store; from pipeline import lease; "
+    code = ("from pipeline.storage.store import Store; from pipeline.storage import lease; "
             f"lease.acquire(Store({str(tmp_path / 'root')!r}), 'm', 'r', 'run-crashed')")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)  # exits without releasing
     assert lease.current_lease(store, "m", "r").run_id == "run-crashed"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.analysis import run_query
-from pipeline.catalog import open_catalog
-from pipeline.store import Store
+from pipeline.analysis.sql import run_query
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
 from tests.helpers import partial_spearman, store_synthetic, word_probe_set
 
 
@@ -93,7 +93,7 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path, kind
 def test_staged_ranks_match_scipy(synthetic_store):
     """The ranks stg_analysis_values stages for every analysis, by counting (min_depth: few values) and
     by sorting (zipf: many), against scipy's average and dense ranks."""
-    from pipeline.analysis import ensure_staged
+    from pipeline.analysis.sql import ensure_staged
 
     store, norms, zipf, depth, _ = synthetic_store
     con = open_catalog(store)

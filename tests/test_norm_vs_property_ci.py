@@ -14,9 +14,9 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline.analysis import run_query
-from pipeline.catalog import open_catalog
-from pipeline.store import Store
+from pipeline.analysis.sql import run_query
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
 from tests.helpers import partial_spearman, store_synthetic, word_probe_set
 
 M32 = np.uint64(2**32)

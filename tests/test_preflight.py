@@ -112,7 +112,7 @@ def test_audit_prints_the_kind_it_inferred_for_a_probe_file(tmp_path, tiny_model
 
 
 def test_preflight_counts_unknown_items_and_says_the_inferred_kind(tmp_path, tiny_model_dir):
-    from pipeline.preflight import check_audit_inputs
+    from pipeline.audit.preflight import check_audit_inputs
     from pipeline.settings import load_settings
 
     path = tmp_path / "mixed.csv"
@@ -133,8 +133,8 @@ def test_preflight_resolves_once_and_imports_no_torch(tmp_path):
     """The pre-flight imports neither torch nor Prefect nor Dask; the flow's own resolve then hits the cache."""
     code = (
         "import sys, time\n"
-        "from pipeline.preflight import check_audit_inputs\n"
-        "from pipeline.models import resolve_model\n"
+        "from pipeline.audit.preflight import check_audit_inputs\n"
+        "from pipeline.embedding.models import resolve_model\n"
         "from pipeline.settings import load_settings\n"
         f"c = check_audit_inputs(load_settings(root={str(tmp_path / 'root')!r}), 'minilm-l6', ['wordnet-nouns'])\n"
         "t = time.perf_counter(); again = resolve_model('minilm-l6'); t = time.perf_counter() - t\n"

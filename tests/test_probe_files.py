@@ -129,7 +129,7 @@ def test_texts_over_the_limit_are_refused_by_every_reader(tmp_path):
 def test_kind_is_inferred_and_printed_at_probes_add(tmp_path, content, kind, zipf):
     from pipeline.probes.stored import read_stored
     from pipeline.settings import load_settings
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     path = _write(tmp_path / "mine.csv", content)
     out = _probes_add(tmp_path, "mine", path)

@@ -14,14 +14,14 @@ import pytest
 from typer.testing import CliRunner
 from wordfreq import zipf_frequency
 
-from pipeline.cli import app
+from pipeline.audit.steps import plan_shards
+from pipeline.cli.main import app
 from pipeline.probes import load_probe_set
 from pipeline.probes.base import ProbeInputError
 from pipeline.probes.frequency import token_zipf, whole_word, zipf_values
 from pipeline.probes.stored import add_probe_set, list_probe_sets, read_stored
 from pipeline.settings import load_settings
-from pipeline.steps import plan_shards
-from pipeline.store import Store, open_store
+from pipeline.storage.store import Store, open_store
 from tests.conftest import shared_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,8 +55,8 @@ def test_token_zipf_keeps_whole_words_only(tokens, words):
 
 
 def test_token_properties_are_written_beside_token_norms_and_viewed(tmp_path):
-    from pipeline.catalog import open_catalog
-    from pipeline.steps import write_token_properties
+    from pipeline.audit.steps import write_token_properties
+    from pipeline.storage.catalog import open_catalog
 
     store = Store(str(tmp_path))
     d = store.token_norms_dir("m", "r")

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from wordfreq import zipf_frequency
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
-from pipeline.cli import app
+from pipeline.cli.main import app
 from pipeline.probes import load_probe_set
 from pipeline.settings import load_settings
-from pipeline.store import open_store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import open_store
 from tests.conftest import shared_data
 
 pytestmark = pytest.mark.slow
@@ -91,8 +91,8 @@ def test_family_properties_reach_the_results(audited):
 
 
 def test_template_changes_text_norm_and_shard_hash(audited, tiny_model_dir):
-    from pipeline.embed import Embedder
-    from pipeline.models import get_spec, resolve_model
+    from pipeline.embedding.embed import Embedder
+    from pipeline.embedding.models import get_spec, resolve_model
 
     root, summary = audited
     con = _con(root)

@@ -9,12 +9,12 @@ import polars as pl
 import pytest
 
 from flows.audit import run_audit
-from pipeline.catalog import open_catalog
-from pipeline.datadocs import data_docs_path
-from pipeline.parts import PartValidationError
+from pipeline.quality.datadocs import data_docs_path
+from pipeline.quality.suites import suite_name
 from pipeline.settings import load_settings
-from pipeline.store import Store
-from pipeline.validate import suite_name
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.parts import PartValidationError
+from pipeline.storage.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def nan_model_dir(tmp_path_factory):
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    from pipeline.testing import build_tiny_model
+    from tests.builders import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("nan-model") / "tiny-nan")
     token_id = AutoTokenizer.from_pretrained(path).convert_tokens_to_ids(POISON)

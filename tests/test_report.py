@@ -11,14 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.analysis import run_query
-from pipeline.catalog import open_catalog
+from pipeline.analysis.report import render_report
+from pipeline.analysis.sql import run_query
+from pipeline.audit.steps import run_analyses
 from pipeline.probes import ProbeSet
-from pipeline.report import render_report
-from pipeline.runs import RunRecord, write_results, write_run
 from pipeline.settings import load_settings
-from pipeline.steps import run_analyses
-from pipeline.store import Store, open_store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.runs import RunRecord, write_results, write_run
+from pipeline.storage.store import Store, open_store
 from tests.helpers import store_synthetic, word_probe_set
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -219,7 +219,7 @@ def test_model_index_of_a_single_release_draws_no_trends(tmp_path):
 
 
 def test_report_shows_alerts_and_links_data_docs(two_releases):
-    from pipeline.compare import ALERT_COLUMNS, write_alerts
+    from pipeline.analysis.compare import ALERT_COLUMNS, write_alerts
 
     store = two_releases
     alert = {c: None for c in ALERT_COLUMNS} | {

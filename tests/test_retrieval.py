@@ -7,11 +7,11 @@ import polars as pl
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from pipeline.analysis import run_analysis, run_query
-from pipeline.catalog import open_catalog
+from pipeline.analysis.retrieval import ALPHAS, exact_topk
+from pipeline.analysis.sql import run_analysis, run_query
 from pipeline.probes import ProbeSet, write_probe_tables
-from pipeline.retrieval import ALPHAS, exact_topk
-from pipeline.store import Store
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
 from tests.helpers import store_synthetic
 
 N_DOCS, N_QUERIES, DIM = 120, 60, 12

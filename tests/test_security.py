@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.catalog import SCHEMAS, ReadOnlyError, run_read_only
-from pipeline.cli import app
-from pipeline.store import Store
+from pipeline.cli.main import app
+from pipeline.storage.catalog import SCHEMAS, ReadOnlyError, run_read_only
+from pipeline.storage.store import Store
 
 REFUSED = [
     "copy (select 1) to '{tmp}/out.csv'",
@@ -162,9 +162,9 @@ EVERY_VIEW = "select " + ", ".join(f"(select count(*) from {v}) as {v}" for v in
 
 def _store_release(store: Store) -> None:
     """40 committed word embeddings (dim 384), their norm_vs_property results, a run and a theory output."""
-    from pipeline.analysis import run_analysis
-    from pipeline.catalog import open_catalog
-    from pipeline.runs import RunRecord, write_results, write_run
+    from pipeline.analysis.sql import run_analysis
+    from pipeline.storage.catalog import open_catalog
+    from pipeline.storage.runs import RunRecord, write_results, write_run
     from tests.helpers import store_synthetic, word_probe_set
 
     n = 40
@@ -278,7 +278,7 @@ def test_sql_sandbox_on_an_s3_root(s3_env, tmp_path):
     import s3fs
 
     from pipeline.settings import load_settings
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     store = open_store(load_settings(root=s3_env))
     _store_release(store)

@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline.catalog import open_catalog
-from pipeline.compare import AlertThresholds
+from pipeline.analysis.compare import AlertThresholds
+from pipeline.audit.watch import AuditsConfig, checkpoint_dirs, load_audits_config
 from pipeline.settings import load_settings
-from pipeline.store import open_store
-from pipeline.testing import build_tiny_model
-from pipeline.watch import AuditsConfig, checkpoint_dirs, load_audits_config
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import open_store
+from tests.builders import build_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_serve_audits_new_checkpoint_and_alerts(tmp_path, prefect_api):
     cfg_path = tmp_path / "audits.yaml"
     cfg_path.write_text(yaml.safe_dump(config.model_dump()))
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--config", str(cfg_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", "serve", "--config", str(cfg_path)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_deployment("watch_releases/tiny", proc)

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
 from pipeline.names import check_name
-from pipeline.parts import embeddings_table, stage_part
-from pipeline.shards import split_shards
-from pipeline.store import StorageError, Store
+from pipeline.storage.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
+from pipeline.storage.parts import embeddings_table, stage_part
+from pipeline.storage.shards import split_shards
+from pipeline.storage.store import StorageError, Store
 from tests.helpers import FakeResult, store_synthetic, word_probe_set
 
 
@@ -123,7 +123,7 @@ def test_unwritable_root_fails_before_work(tmp_path):
 
 def test_s3_root_gives_same_rows_as_local(tmp_path, s3_env):
     from pipeline.settings import load_settings
-    from pipeline.store import open_store
+    from pipeline.storage.store import open_store
 
     norms = np.linspace(0.5, 3.0, 30)
     local = Store(str(tmp_path / "root"))

@@ -211,7 +211,7 @@ def test_config_files_validate_and_name_the_problem(tmp_path):
 
 
 def test_cli_rejects_bad_config_before_running(tmp_path):
-    from pipeline.cli import app
+    from pipeline.cli.main import app
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("world: {depht: 2}\n")
@@ -224,8 +224,8 @@ def test_cli_rejects_bad_config_before_running(tmp_path):
 
 
 def test_checkpoint_loads_through_the_audit_path_with_the_labs_norms(world, tmp_path):
-    from pipeline.embed import Embedder
-    from pipeline.models import get_spec, resolve_model
+    from pipeline.embedding.embed import Embedder
+    from pipeline.embedding.models import get_spec, resolve_model
     from pipeline.theory.checkpoints import export_checkpoint
 
     res = train(world, TrainConfig(steps=30, batch_size=16))
@@ -246,7 +246,7 @@ def test_checkpoint_loads_through_the_audit_path_with_the_labs_norms(world, tmp_
 
 @pytest.mark.slow
 def test_lab_run_end_to_end_audits_every_checkpoint(tmp_path, prefect_api):
-    from pipeline.cli import app
+    from pipeline.cli.main import app
 
     config = tmp_path / "tiny.yaml"
     config.write_text(

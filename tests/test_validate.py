@@ -9,15 +9,15 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from pipeline import validate
-from pipeline.catalog import open_catalog
-from pipeline.datadocs import build_data_docs, data_docs_path
-from pipeline.gates import gate_part, gate_probe_set, gate_token_norms
-from pipeline.parts import PartValidationError, embeddings_table, stage_part
 from pipeline.probes.base import KINDS
-from pipeline.shards import split_shards
-from pipeline.store import Manifest, Store
-from pipeline.validate import DataValidationError, suite_name, validate_embeddings, validate_token_norms
+from pipeline.quality import suites as validate
+from pipeline.quality.datadocs import build_data_docs, data_docs_path
+from pipeline.quality.gates import gate_part, gate_probe_set, gate_token_norms
+from pipeline.quality.suites import DataValidationError, suite_name, validate_embeddings, validate_token_norms
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
+from pipeline.storage.shards import split_shards
+from pipeline.storage.store import Manifest, Store
 from tests.helpers import FakeResult, word_probe_set
 
 DIM = 8
@@ -150,7 +150,7 @@ def _stage(store, ids, vectors, norms, run_id="run-1"):
 def test_failed_part_is_quarantined_with_its_result_and_docs_are_built(tmp_path, remote, request):
     if remote:
         from pipeline.settings import load_settings
-        from pipeline.store import open_store
+        from pipeline.storage.store import open_store
 
         store = open_store(load_settings(root=request.getfixturevalue("s3_env")))
     else:

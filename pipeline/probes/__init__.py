@@ -10,7 +10,7 @@ from collections.abc import Callable
 import polars as pl
 
 from pipeline.probes.base import ProbeInputError, ProbeSet, text_sha256
-from pipeline.store import Store
+from pipeline.storage.store import Store
 
 
 def _wordnet_nouns() -> ProbeSet:
@@ -102,7 +102,7 @@ def write_probe_tables(store: Store, ps: ProbeSet) -> None:
     """Write the probe set's items, properties and relations; unchanged tables are left alone.
 
     Items get ``text_sha256`` (of each text's UTF-8 bytes), the hash every embedding row of the item
-    must carry (see :mod:`pipeline.shards`), so the invariant can be checked in SQL.
+    must carry (see :mod:`pipeline.storage.shards`), so the invariant can be checked in SQL.
     """
     d = store.probes_dir(ps.name)
     items = ps.items.with_columns(pl.Series("text_sha256", text_sha256(ps.items["text"].to_list()), pl.String))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipeline.names import check_name
-from pipeline.validate import MAX_TEXT_CHARS  # the probe_items suite's limit, enforced here before any write
+from pipeline.quality.suites import MAX_TEXT_CHARS  # the probe_items suite's limit, enforced here before any write
 
 ITEM_SCHEMA = {
     "item_id": pl.String, "text": pl.String, "kind": pl.String, "lang": pl.String, "source": pl.String,
@@ -38,7 +38,7 @@ def text_sha256(texts: Iterable[str]) -> list[str]:
     """Hex sha256 of each text's exact UTF-8 bytes: an item's identity for embedding, beside its id.
 
     The text is the one embedded (after any template), so a changed text under an unchanged id gets
-    a new hash, a new shard and a new vector (:mod:`pipeline.shards`); DuckDB's ``sha256(text)`` is the same.
+    a new hash, a new shard and a new vector (:mod:`pipeline.storage.shards`); DuckDB's ``sha256(text)`` is the same.
     """
     return [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
 

@@ -18,7 +18,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.probes.base import ITEM_SCHEMA, PROPERTY_SCHEMA, RELATION_SCHEMA, ProbeInputError, ProbeSet
-from pipeline.store import Store
+from pipeline.storage.store import Store
 
 TABLES = {"items": ITEM_SCHEMA, "properties": PROPERTY_SCHEMA, "relations": RELATION_SCHEMA}
 
@@ -200,7 +200,7 @@ def add_probe_set(
 
     ``fmt`` defaults to the external set's format for an external name, else ``table``. Re-adding the
     same data is a no-op; different data under a stored name needs ``replace=True``. A replaced text keeps
-    its item id but gets a new text hash: the next audit of a release re-embeds it (:mod:`pipeline.shards`).
+    its item id but gets a new text hash: the next audit of a release re-embeds it (:mod:`pipeline.storage.shards`).
     """
     from pipeline.probes import BUILTIN, write_probe_tables
     from pipeline.probes.templates import split_template

@@ -11,7 +11,7 @@ OPT is used because, configured with ``do_layer_norm_before=False`` and no layer
 token embedding plus a learned position embedding (set to zero here): no LayerNorm that would erase the
 very norm the audit measures. Each item's text is one word-level token, so the exported model maps world
 item ``w00042`` to exactly the lab encoder's z_42 (up to float32 rounding), and ``token_norms`` of a
-release are the table's row norms. ``trainer_state.json`` makes :func:`pipeline.models.get_spec` treat
+release are the table's row norms. ``trainer_state.json`` makes :func:`pipeline.embedding.models.get_spec` treat
 the folder as a checkpoint: the model is named after the run folder and each step is a release.
 """
 

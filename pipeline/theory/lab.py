@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.settings import Settings
-from pipeline.store import open_store
+from pipeline.storage.store import open_store
 from pipeline.theory.checkpoints import export_checkpoint, release_label
 from pipeline.theory.config import LabConfig
 from pipeline.theory.encoder import TrainConfig
@@ -157,7 +157,7 @@ def save_sweep(settings: Settings, run: LabRun, points: list[tuple[list[dict], p
 
 def _ci_fill(con, frame: pl.DataFrame, model: str) -> pl.DataFrame:
     """Fill missing CIs from ``sql/norm_vs_property_ci.sql`` (the bootstrap real audits use), if present."""
-    from pipeline.analysis import run_query, sql_dir
+    from pipeline.analysis.sql import run_query, sql_dir
 
     has_ci_sql = (sql_dir() / "norm_vs_property_ci.sql").is_file()
     if frame.height == 0 or frame["ci_low"].null_count() == 0 or not has_ci_sql:
@@ -181,8 +181,8 @@ def checkpoint_table(settings: Settings, run: LabRun, items: pl.DataFrame) -> pl
     Writes ``checkpoints.parquet`` and ``checkpoints.png``; the plot's dashed levels are the relations the
     base run's *predicted* norms imply (THEORY.md section 5, item 3).
     """
-    from pipeline.analysis import run_query
-    from pipeline.catalog import open_catalog
+    from pipeline.analysis.sql import run_query
+    from pipeline.storage.catalog import open_catalog
     from pipeline.theory.estimators import spearman
     from pipeline.theory.plots import checkpoint_trends
 

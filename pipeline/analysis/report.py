@@ -1,0 +1,373 @@
+"""HTML reports next to the data: one page per release, and a cross-release index per model.
+
+``<root>/reports/<model>/<release>/index.html`` with its PNG plots beside it, and
+``<root>/reports/<model>/index.html`` with one trend plot per statistic. Pages are
+self-contained (inline CSS, no scripts, no external assets; images by relative
+path) and written through fsspec, so an ``s3://`` root works like a local one.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from pipeline.analysis import plots
+from pipeline.analysis.report_html import fmt, page, table
+from pipeline.analysis.sql import run_query
+from pipeline.names import check_name
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
+
+DATA_DOCS = "reports/data_docs"  # GX Data Docs: <DATA_DOCS>/<run_id>/index.html (pipeline/quality/datadocs.py)
+# Properties plotted against the norm when a probe set has them (WordNet depth gets box plots).
+SCATTER_PROPERTIES = ("zipf", "rating_sd", "label_entropy")
+NORM_STATISTICS = ["spearman", "partial_spearman_zipf", "partial_spearman_n_tokens", "pearson_log_norm"]
+
+
+@dataclass
+class Plot:
+    """A PNG written beside the page, with its caption."""
+
+    file: str
+    caption: str
+
+
+def release_dir(model: str, release: str) -> str:
+    """Folder of a release's report, relative to the storage root."""
+    return f"reports/{check_name(model, 'model name')}/{check_name(release, 'release label')}"
+
+
+def _pick(results: pl.DataFrame, analysis: str, probe_set: str, prop: str, statistic: str) -> dict | None:
+    rows = results.filter(
+        (pl.col("analysis") == analysis)
+        & (pl.col("probe_set") == probe_set)
+        & (pl.col("property") == prop)
+        & (pl.col("statistic") == statistic)
+    )
+    return rows.row(0, named=True) if rows.height else None
+
+
+def _rho(
+    results: pl.DataFrame, probe_set: str, prop: str, statistic: str = "spearman", label: str = "ρ"
+) -> str:
+    row = _pick(results, "norm_vs_property", probe_set, prop, statistic)
+    if row is None:
+        return ""
+    ci = "" if row["ci_low"] is None else f" [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
+    return f"{label} = {row['value']:+.3f}{ci}"
+
+
+def _bin_medians(results: pl.DataFrame, probe_set: str, prop: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = results.filter(
+        (pl.col("analysis") == "norm_by_bin")
+        & (pl.col("probe_set") == probe_set)
+        & (pl.col("property") == prop)
+    )
+    stats = {r["statistic"]: r["value"] for r in rows.iter_rows(named=True)}
+    bins = sorted({int(s[3:5]) for s in stats})
+    x = [(stats[f"bin{b:02d}_low"] + stats[f"bin{b:02d}_high"]) / 2 for b in bins]
+    return np.asarray(x), np.asarray([stats[f"bin{b:02d}_median"] for b in bins])
+
+
+def _property_plots(
+    con, store: Store, folder: str, model: str, release: str, results: pl.DataFrame
+) -> list[Plot]:
+    out = []
+    for prop in (*SCATTER_PROPERTIES, "min_depth"):
+        points = run_query(con, "report_points", model=model, release=release, property=prop)
+        for (probe_set,), part in points.group_by(["probe_set"], maintain_order=True):
+            x, y, n = part["value"].to_numpy(), part["norm"].to_numpy(), part.height
+            stats = "; ".join(
+                s
+                for s in (
+                    _rho(results, probe_set, prop),
+                    _rho(results, probe_set, prop, "partial_spearman_zipf", "partial ρ | zipf"),
+                )
+                if s
+            )
+            title = f"{probe_set}: norm vs {prop} (n = {n:,} items)" + (f"\n{stats}" if stats else "")
+            if prop == "min_depth":
+                groups = [(v, y[x == v]) for v in np.unique(x)]
+                png = plots.boxes(groups, plots.property_label(prop), title)
+                caption = (
+                    "Box: quartiles of the norm at each depth, whiskers 1.5 IQR, outliers hidden; "
+                    "ρ is Spearman's rank correlation with a 95% bootstrap interval."
+                )
+            else:
+                png = plots.hexbin(
+                    x,
+                    y,
+                    plots.property_label(prop),
+                    title,
+                    _bin_medians(results, probe_set, prop),
+                    "median norm per bin",
+                )
+                caption = (
+                    "Colour: items per hexagon; red: median norm within bins of the property "
+                    "(norm_by_bin); ρ: Spearman with a 95% bootstrap interval."
+                )
+            name = f"norm_vs_{prop}_{probe_set}.png"
+            store.write_bytes_atomic(f"{folder}/{name}", png)
+            out.append(Plot(name, caption))
+    return out
+
+
+def _retrieval_plots(store: Store, folder: str, results: pl.DataFrame) -> list[Plot]:
+    out = []
+    calib = results.filter(pl.col("analysis") == "retrieval_calibration")
+    for (probe_set,), part in calib.group_by(["probe_set"], maintain_order=True):
+        curves = {}
+        for signal, label in (
+            ("query_norm", "abstain on lowest query norm"),
+            ("top1_cosine", "abstain on lowest top-1 cosine"),
+        ):
+            rows = part.filter(
+                (pl.col("property") == f"selective_accuracy_{signal}")
+                & pl.col("statistic").str.starts_with("coverage_")
+            ).sort("statistic")
+            if rows.height:
+                coverage = np.asarray([float(s.split("_")[1]) for s in rows["statistic"]])
+                curves[label] = (coverage, rows["value"].to_numpy())
+        full = _pick(results, "retrieval_calibration", probe_set, "retrieval", "mean_success_at_1")
+        if not curves or full is None:
+            continue
+        aurocs = [
+            f"AUROC({name}) = {row['value']:.3f}"
+            for name, stat in (
+                ("norm", "auroc_query_norm"),
+                ("top-1 cos", "auroc_top1_cosine"),
+                ("length", "auroc_query_n_tokens"),
+            )
+            if (row := _pick(results, "retrieval_calibration", probe_set, "success_at_1", stat))
+        ]
+        title = f"{probe_set}: selective accuracy (n = {full['n']:,} queries)\n" + ", ".join(aurocs)
+        name = f"selective_accuracy_{probe_set}.png"
+        store.write_bytes_atomic(f"{folder}/{name}", plots.selective_accuracy(curves, full["value"], title))
+        out.append(
+            Plot(
+                name,
+                "Accuracy of the queries kept when abstaining on the lowest-signal ones; AUROC of "
+                "each signal for success@1 (0.5 = no better than chance).",
+            )
+        )
+    rescoring = results.filter(
+        (pl.col("analysis") == "norm_rescoring") & (pl.col("statistic") == "mean_ndcg_at_10")
+    )
+    for (probe_set,), part in rescoring.group_by(["probe_set"], maintain_order=True):
+        part = part.with_columns(pl.col("property").str.replace("alpha=", "").cast(pl.Float64).alias("alpha"))
+        part = part.sort("alpha")
+        title = f"{probe_set}: nDCG@10 with documents scored by cos · ‖d‖^α (n = {part['n'].max():,} queries)"
+        name = f"alpha_{probe_set}.png"
+        store.write_bytes_atomic(
+            f"{folder}/{name}",
+            plots.alpha_curve(
+                part["alpha"].to_numpy(),
+                part["value"].to_numpy(),
+                part["ci_low"].to_numpy(),
+                part["ci_high"].to_numpy(),
+                title,
+            ),
+        )
+        out.append(
+            Plot(name, "Mean nDCG@10 per α with a normal-approximation 95% interval; α = 0 is plain cosine.")
+        )
+    return out
+
+
+def _norm_table(results: pl.DataFrame) -> str:
+    rows = results.filter(pl.col("analysis") == "norm_vs_property")
+    if rows.height == 0:
+        return "<p class='muted'>No probe property was measured for this release.</p>"
+    out = []
+    for (probe_set, prop), part in rows.group_by(["probe_set", "property"], maintain_order=True):
+        cells = {
+            r["statistic"]: fmt(r["value"], r["ci_low"], r["ci_high"]) for r in part.iter_rows(named=True)
+        }
+        out.append(
+            {
+                "probe set": probe_set,
+                "property": prop,
+                "n": int(part["n"].max()),
+                **{s: cells.get(s, "—") for s in NORM_STATISTICS},
+            }
+        )
+    return table(out, ["probe set", "property", "n", *NORM_STATISTICS])
+
+
+def _other_table(results: pl.DataFrame) -> str:
+    rows = results.filter(
+        pl.col("analysis").is_in(["hypernym_pairs", "token_norm_vs_frequency"])
+        | ((pl.col("analysis") == "retrieval_calibration") & ~pl.col("property").str.starts_with("selective"))
+    )
+    if rows.height == 0:
+        return "<p class='muted'>No hypernym pairs, token table or retrieval probe set in this release.</p>"
+    return table(
+        _with_ci_column(rows), ["analysis", "probe_set", "property", "statistic", "value [95% CI]", "n"]
+    )
+
+
+def _with_ci_column(rows: pl.DataFrame) -> list[dict]:
+    return [
+        {**r, "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"])}
+        for r in rows.iter_rows(named=True)
+    ]
+
+
+def _alerts(con: duckdb.DuckDBPyConnection, model: str, release: str) -> str:
+    has_view = con.execute("select count(*) from duckdb_views() where view_name = 'alerts'").fetchall()[0][0]
+    if not has_view:
+        return "<p class='muted'>Alerts are not recorded in this store.</p>"
+    alerts = con.sql(
+        "select * from alerts where model = $model and release = $release",
+        params={"model": model, "release": release},
+    ).pl()
+    if alerts.height == 0:
+        return "<p class='ok'>No alert: no tracked statistic moved past its threshold.</p>"
+    items = "".join(f"<li>{html.escape(str(m))}</li>" for m in alerts["message"].to_list())
+    return f"<div class='alert'><b>{alerts.height} alert(s)</b><ul>{items}</ul></div>"
+
+
+def _data_docs_link(store: Store, run_ids: list[str]) -> str:
+    """Link to the Data Docs of the newest run of the release that has them (relative to the page)."""
+    for sub in [*run_ids, ""]:
+        rel = "/".join(p for p in (DATA_DOCS, sub, "index.html") if p)
+        if store.exists(rel):
+            href = "../../" + rel.removeprefix("reports/")
+            return f"<a href='{href}'>data quality: Great Expectations Data Docs</a>"
+    return "<span class='muted'>no Data Docs built under this root</span>"
+
+
+def render_report(store: Store, model: str, release: str) -> str:
+    """Write the release's report (page and plots) and refresh the model's index; returns the page URL.
+
+    Raises:
+        LookupError: nothing of ``model`` at ``release`` is stored under the root.
+    """
+    con = open_catalog(store)
+    folder = release_dir(model, release)
+    inventory = run_query(con, "report_inventory", model=model, release=release)
+    results = run_query(con, "report_results", model=model, release=release)
+    if inventory.height == 0 and results.height == 0:
+        known = con.execute(
+            "select distinct release from embeddings where model = $m order by 1", {"m": model}
+        ).fetchall()
+        raise LookupError(
+            f"nothing stored for model {model!r} release {release!r} under {store.root_url}; "
+            f"releases of {model!r}: {[r[0] for r in known] or 'none'}. Run `normaudit audit` first."
+        )
+    runs = run_query(con, "report_runs", model=model, release=release)
+    figures = _property_plots(con, store, folder, model, release, results) + _retrieval_plots(
+        store, folder, results
+    )
+    drift = run_query(con, "release_drift", model=model, release=release)
+    previous = drift["previous_release"][0] if drift.height else None
+    data_docs = _data_docs_link(store, runs["run_id"].to_list())
+    latest = runs.row(0, named=True) if runs.height else {}
+    body = [
+        f"<h1>normaudit · {html.escape(model)} @ {html.escape(release)}</h1>",
+        f"<p class='muted'>fingerprint {html.escape(str(latest.get('fingerprint', '—'))[:16])}… · "
+        f"latest run {html.escape(str(latest.get('run_id', '—')))} "
+        f"({html.escape(str(latest.get('status', '—')))}) · "
+        f"<a href='../index.html'>all releases of {html.escape(model)}</a> · {data_docs}</p>",
+        "<h2>Alerts</h2>",
+        _alerts(con, model, release),
+        "<h2>Stored items</h2>",
+        table(inventory),
+        "<h2>Does the norm track the probe properties?</h2>",
+        "<p>Spearman's ρ of the raw norm with each property; partial ρ with word frequency (zipf) or "
+        "token count partialled out; Pearson's r on ln(norm). Brackets: 95% bootstrap intervals "
+        "(1,000 seeded resamples).</p>",
+        _norm_table(results),
+        *[
+            f"<figure><img src='{p.file}' alt='{html.escape(p.file)}'><figcaption>{html.escape(p.caption)}"
+            "</figcaption></figure>"
+            for p in figures
+        ],
+        "<h2>Specificity pairs, token table, retrieval</h2>",
+        _other_table(results),
+        f"<h2>Change since the previous release{f' ({html.escape(previous)})' if previous else ''}</h2>",
+        (
+            table(
+                drift.filter(pl.col("analysis") != "norm_by_bin"),
+                [
+                    "analysis",
+                    "probe_set",
+                    "property",
+                    "statistic",
+                    "previous_value",
+                    "value",
+                    "change",
+                    "intervals_overlap",
+                ],
+            )
+            if drift.height
+            else "<p class='muted'>No earlier release of this model to compare with.</p>"
+        ),
+        f"<h2>All results</h2><details><summary>{results.height:,} rows (every bin and curve point)</summary>"
+        + table(
+            results,
+            ["analysis", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n", "run_id"],
+        )
+        + "</details>",
+    ]
+    store.write_bytes_atomic(
+        f"{folder}/index.html", page(f"normaudit {model} @ {release}", "".join(body)).encode()
+    )
+    render_model_index(store, model, con)
+    return store.url(folder, "index.html")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """Write ``reports/<model>/index.html``: one trend plot per statistic across releases; returns its URL."""
+    con = con or open_catalog(store)
+    folder = f"reports/{check_name(model, 'model name')}"
+    trends = run_query(con, "report_trends", model=model)
+    releases = (
+        trends.select("release", "release_order").unique().sort("release_order")["release"].to_list()
+        if trends.height
+        else []
+    )
+    links = " · ".join(f"<a href='{html.escape(r)}/index.html'>{html.escape(r)}</a>" for r in releases)
+    body = [
+        f"<h1>normaudit · {html.escape(model)}: releases</h1>",
+        f"<p>Release reports, in audit order: {links or '—'}</p>",
+    ]
+    if len(releases) < 2:  # a trend needs two points; a page of single dots costs seconds and says nothing
+        body.append("<p>One trend plot per statistic appears here once a second release is audited.</p>")
+        trends = trends.clear()
+    position = {r: i for i, r in enumerate(releases)}
+    for (analysis, statistic), part in trends.group_by(["analysis", "statistic"], maintain_order=True):
+        lines = {}
+        for (probe_set, prop), series in part.group_by(["probe_set", "property"], maintain_order=True):
+            values = np.full(len(releases), np.nan)
+            lows, highs = values.copy(), values.copy()
+            for r in series.iter_rows(named=True):
+                i = position[r["release"]]
+                values[i] = r["value"]
+                lows[i] = np.nan if r["ci_low"] is None else r["ci_low"]
+                highs[i] = np.nan if r["ci_high"] is None else r["ci_high"]
+            lines[f"{probe_set} · {prop}"] = (values, lows, highs)
+        shown = dict(list(lines.items())[:8])
+        latest_n = int(part.filter(pl.col("release") == releases[-1])["n"].max() or 0)
+        title = f"{analysis} · {statistic} (n = {latest_n:,} at {releases[-1]})"
+        name = f"trend_{_slug(analysis)}_{_slug(statistic)}.png"
+        store.write_bytes_atomic(
+            f"{folder}/{name}", plots.trend(releases, shown, plots.statistic_label(statistic), title)
+        )
+        more = f" ({len(lines) - 8} more lines in the release reports)" if len(lines) > 8 else ""
+        body.append(
+            f"<figure><img src='{name}' alt='{html.escape(name)}'><figcaption>{html.escape(analysis)} · "
+            f"{html.escape(statistic)}: one line per probe set and property; bars: 95% intervals where "
+            f"recorded{html.escape(more)}.</figcaption></figure>"
+        )
+    store.write_bytes_atomic(f"{folder}/index.html", page(f"normaudit {model}", "".join(body)).encode())
+    return store.url(folder, "index.html")

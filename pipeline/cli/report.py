@@ -1,0 +1,48 @@
+"""CLI command ``normaudit report``: render a release's HTML report from stored results."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def report(
+    model: Annotated[str, typer.Option(help="model label as stored (e.g. minilm-l6)")],
+    release: Annotated[str | None, typer.Option(help="release label (default: the latest audited)")] = None,
+    root: Annotated[str | None, typer.Option(help="storage root URL (default ./normaudit-data)")] = None,
+    s3_endpoint_url: Annotated[
+        str | None,
+        typer.Option("--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)"),
+    ] = None,
+) -> None:
+    """Write <root>/reports/<model>/<release>/index.html (plots beside it) and the model's release index."""
+    from pipeline.analysis.report import render_report
+    from pipeline.settings import load_settings
+    from pipeline.storage.catalog import open_catalog
+    from pipeline.storage.store import open_store
+
+    store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
+    if release is None:
+        rows = (
+            open_catalog(store)
+            .execute(
+                "select release from runs where model = $model order by started_at desc limit 1",
+                {"model": model},
+            )
+            .fetchall()
+        )
+        if not rows:
+            typer.secho(
+                f"error: no audit of model {model!r} under {store.root_url}; run `normaudit audit` first",
+                fg="red",
+                err=True,
+            )
+            raise typer.Exit(1)
+        release = rows[0][0]
+    try:
+        url = render_report(store, model, release)
+    except (LookupError, ValueError) as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(url)

@@ -1,0 +1,63 @@
+"""``normaudit verify``: check committed parts against their manifests and their rows against the probe
+items' texts, optionally quarantine the bad ones."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def verify(
+    root: Annotated[str | None, typer.Option("--root", help="storage root URL (default $NORMAUDIT_ROOT)")] = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="move corrupt or stale parts to quarantine/ and drop them from their manifest "
+        "(the next audit re-embeds them)")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="compare sizes (one listing) instead of reading every byte; the text hashes are "
+        "still checked (two columns of each part)")] = False,
+    s3_endpoint_url: Annotated[str | None, typer.Option(
+        "--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")] = None,
+) -> None:
+    """Check every committed part's sha256 against its manifest, and that every row's text_sha256 is its
+    probe item's current text hash; exit 1 if any differs (unless repaired)."""
+    from pipeline.settings import load_settings
+    from pipeline.storage.store import open_store
+    from pipeline.storage.verify import TEXT_KINDS, verify_root
+    from pipeline.storage.verify import repair as repair_parts
+
+    store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
+    report = verify_root(store, "size" if quick else "sha256", texts=True)
+    typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
+               f"({report.depth})")
+    _check_abandoned(store, repair)  # reported, never an exit 1: committed data does not depend on them
+    for p in report.problems:
+        label = "stale" if p.kind in TEXT_KINDS else "corrupt"
+        typer.secho(f"{label}: {store.url(p.file)}: {p.kind}: {p.detail}", fg=typer.colors.RED, err=True)
+    if report.ok:
+        typer.echo("ok: every committed part matches its manifest and every row its probe item's text")
+        return
+    if not repair:
+        typer.secho(f"error: {len(report.problems)} part(s) do not match their manifest or their probe items' "
+                    "texts. Rerun with --repair to move them to quarantine and drop them from their manifest; "
+                    "the next audit of that release re-embeds them.", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    folder = repair_parts(store, report.problems)
+    typer.echo(f"repaired: {len(report.problems)} part(s) moved to {store.url(folder)} and dropped from their "
+               "manifests; rerun the audit of "
+               + ", ".join(sorted({f"{p.model}@{p.release}" for p in report.problems})) + " to re-embed them")
+
+
+def _check_abandoned(store, repair: bool) -> None:
+    """Report runs that ended unrecorded (a SIGKILL, a power cut) and staging no live run owns; repair sweeps."""
+    from pipeline.storage.runs import find_abandoned, sweep_abandoned
+
+    found = find_abandoned(store)
+    for run in found:
+        typer.secho(f"abandoned: {run.describe()}", fg=typer.colors.YELLOW, err=True)
+    if found and repair:
+        sweep_abandoned(store, found)
+        typer.echo(f"repaired: {len(found)} abandoned run(s) recorded as abandoned, their staging removed")
+    elif found:
+        typer.echo("note: --repair (or the next audit of any release) records them as abandoned and removes their "
+                   "staging", err=True)

@@ -1,0 +1,404 @@
+"""Batched inference that keeps what normalization throws away: raw pooled vectors and their L2 norms.
+
+For sentence-transformers directories the raw vector is the output of the module chain up to (not
+including) the first ``Normalize``; for plain transformers directories it is the spec's pooling of
+the last hidden state. The hot path tokenizes the input in chunks, sorts each chunk by token length and
+packs its batches under a padded-token budget, so short texts run in large batches and little is spent
+on pads (:mod:`pipeline.embedding.batching`). On a GPU the next chunk is tokenized on a helper thread while this
+one's batches run, and each chunk goes to the device in one copy and comes back in one: the forward
+passes are queued without waiting for the GPU in between.
+
+torch, transformers and sentence-transformers are imported inside functions: importing this module
+is cheap, and the CLI and SQL paths never pay for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.embedding.batching import Tokens, chunk_bounds, computed_ahead, pack_batches, plan_batches
+from pipeline.embedding.devices import HostCopy, keep_freed_memory, pick_device, to_device, to_host
+from pipeline.embedding.models import ResolvedModel, transformer_dir
+
+__all__ = ["EmbedResult", "Embedder", "TokenNorms", "get_embedder", "pick_device"]
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    """Per-text output, in input order: raw vectors, their L2 norms, token counts and truncation flags."""
+
+    vectors: np.ndarray  # float32 [n, d], raw (not normalized)
+    norms: np.ndarray  # float64 [n], L2 of the raw pooled vector, taken before any downcast
+    n_tokens: np.ndarray  # int32 [n], tokens incl. special tokens after truncation
+    truncated: np.ndarray  # bool [n], the text had more than max_length tokens
+
+    def __len__(self) -> int:
+        return len(self.norms)
+
+
+@dataclass(frozen=True)
+class TokenNorms:
+    """L2 norms (float64) of the rows of the input token-embedding table."""
+
+    token_ids: np.ndarray  # int64 [V]
+    tokens: list[str]  # "" for ids the tokenizer has no string for (padded vocabularies)
+    norms: np.ndarray  # float64 [V]
+
+
+@dataclass
+class _Stats:
+    """Counters of the last :meth:`Embedder.embed` call (for benchmarks and progress reports)."""
+
+    texts: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batch_shapes: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (texts, padded width)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """One chunk's outputs on their way to host memory, and the result rows they fill."""
+
+    rows: np.ndarray  # int64: result row of each output row
+    outputs: HostCopy  # vectors [m, d] float32, norms [m]
+    sizes: list[int]  # batches whose progress is reported when collected (empty: reported as they ran)
+
+
+class _Progress:
+    """Counts finished texts and passes the running total to the caller's callback, if any."""
+
+    def __init__(self, callback: Callable[[int], None] | None) -> None:
+        self.callback, self.done = callback, 0
+
+    def __call__(self, finished: int) -> None:
+        self.done += finished
+        if self.callback is not None:
+            self.callback(self.done)
+
+
+CPU_BATCH_TOKENS = 4096
+GPU_BATCH_TOKENS = 16384
+# Texts per chunk (see pipeline.embedding.batching.chunk_bounds). On a GPU, chunks overlap tokenization with the
+# device. On CPU tokenizing is ~1% of the time and the helper thread competes with torch's threads
+# (chunks of 4,096 took 15% longer on 20,000 words, 2 cores), so one chunk covers any audit shard
+# (4,096 texts) and chunks only bound memory on very large inputs.
+CPU_CHUNK_TEXTS = 65536
+GPU_CHUNK_TEXTS = 32768
+# Pooling config keys of sentence-transformers and the pooling this module computes for them itself.
+_ST_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+
+
+def native_st_pooling(path) -> str | None:
+    """The pooling of a sentence-transformers model whose modules this module runs without the library.
+
+    That is the common stack, Transformer -> Pooling (CLS or mean, one mode) -> optional Normalize,
+    with a cased tokenizer (``do_lower_case`` false): the transformer's last hidden state pooled
+    exactly as sentence-transformers pools it (the tests compare with ``SentenceTransformer.encode``).
+    Importing sentence-transformers costs seconds per worker process; any other stack (Dense layers,
+    several or other pooling modes, prompts kept out of the pooling) returns None and is run by
+    sentence-transformers itself.
+    """
+    import json
+    from pathlib import Path
+
+    root = Path(path)
+    try:
+        modules = json.loads((root / "modules.json").read_text())
+        kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
+        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+            return None
+        bert_config = root / modules[0].get("path", "") / "sentence_bert_config.json"
+        if bert_config.is_file() and json.loads(bert_config.read_text()).get("do_lower_case"):
+            return None
+        config = json.loads((root / modules[1].get("path", "") / "config.json").read_text())
+    except (OSError, ValueError, AttributeError, IndexError):
+        return None
+    on = {k for k, v in config.items() if k.startswith("pooling_mode_") and v}
+    if config.get("pooling_mode") is not None or config.get("include_prompt") is False or len(on) != 1:
+        return None
+    return _ST_POOLING_MODES.get(on.pop())
+
+
+class Embedder:
+    """A model loaded once, embedding lists of texts into :class:`EmbedResult`.
+
+    ``batch_tokens`` bounds the padded tokens of one forward batch (``None``: 4096 on CPU, where larger
+    batches spill activations out of cache and past glibc's 32 MiB mmap threshold and run ~15% slower
+    on MiniLM; 16384 on GPUs) and ``max_batch_size`` the texts in it; ``threads`` sets torch's
+    intra-op threads for this process. ``chunk_texts`` is the most texts tokenized and planned together
+    (``None``: 65,536 on CPU, 32,768 on GPUs; 0: all at once); see :meth:`embed`. On CPU, ``keep_memory``
+    tunes the process's malloc so batches reuse their buffers
+    (see :func:`pipeline.embedding.devices.keep_freed_memory`).
+    """
+
+    def __init__(
+        self,
+        resolved: ResolvedModel,
+        device: str = "auto",
+        threads: int | None = None,
+        batch_tokens: int | None = None,
+        max_batch_size: int = 1024,
+        keep_memory: bool = True,
+        chunk_texts: int | None = None,
+    ) -> None:
+        import torch
+
+        if (batch_tokens is not None and batch_tokens < 1) or max_batch_size < 1:
+            raise ValueError(
+                f"batch_tokens and max_batch_size must be positive, not {batch_tokens}, {max_batch_size}"
+            )
+        if chunk_texts is not None and chunk_texts < 0:
+            raise ValueError(f"chunk_texts must be 0 (one chunk) or positive, not {chunk_texts}")
+        if threads:
+            torch.set_num_threads(threads)
+        self.resolved = resolved
+        self.device = pick_device(device)
+        if keep_memory and self.device == "cpu":
+            keep_freed_memory()
+        if batch_tokens is None:
+            batch_tokens = CPU_BATCH_TOKENS if self.device == "cpu" else GPU_BATCH_TOKENS
+        self.batch_tokens = batch_tokens
+        self.max_batch_size = max_batch_size
+        if chunk_texts is None:
+            chunk_texts = CPU_CHUNK_TEXTS if self.device == "cpu" else GPU_CHUNK_TEXTS
+        self.chunk_texts = chunk_texts
+        # On a GPU the host queues work ahead and reads results back per chunk; on CPU a batch is done
+        # when its forward returns, so progress is reported per batch as it happens.
+        self._queue_ahead = self.device != "cpu"
+        # MPS has no float64; elsewhere the norm is taken in float64 straight from the model output.
+        self._norm_dtype = torch.float32 if self.device.startswith("mps") else torch.float64
+        self.max_length = resolved.max_length
+        self.last_stats = _Stats()
+        self._lock = threading.Lock()
+        self._st_modules: list | None = None
+        native = native_st_pooling(resolved.path) if resolved.is_sentence_transformers else None
+        if resolved.is_sentence_transformers and resolved.spec.pooling == "auto" and native is None:
+            self._load_sentence_transformers()
+        else:
+            self._load_transformers()
+            if resolved.spec.pooling == "auto" and native is not None:
+                self.pooling = native
+        self._model.eval()
+        self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
+        self._with_types = "token_type_ids" in self._tokenizer.model_input_names
+        self._backend = self._make_backend()
+        self._types_needed = self._with_types and not self._single_text_types_are_zero()
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def _load_sentence_transformers(self) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(self.resolved.path, device=self.device, local_files_only=True)
+        modules = []
+        for module in st:
+            if type(module).__name__ == "Normalize":
+                break
+            modules.append(module)
+        self._st = st
+        self._st_modules = modules
+        self._tokenizer = st[0].tokenizer
+        self._model = st[0].auto_model
+        self.pooling = "st"
+
+    def _load_transformers(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = transformer_dir(self.resolved.path)
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._model = AutoModel.from_pretrained(path, local_files_only=True).to(self.device)
+        self.pooling = "mean" if self.resolved.spec.pooling == "auto" else self.resolved.spec.pooling
+
+    def _make_backend(self):
+        """A private copy of the fast tokenizer's Rust backend: truncation on, padding off.
+
+        A copy, because tokenizer.json files often carry their own fixed padding/truncation (MiniLM's
+        pads to 128) and the shared HF tokenizer object must not be reconfigured under its users.
+        """
+        backend = getattr(self._tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(backend.to_str())
+        copy.no_padding()
+        copy.enable_truncation(max_length=self.max_length, strategy="longest_first", stride=0)
+        return copy
+
+    @property
+    def model(self):
+        """The underlying transformers model (e.g. to count parameters)."""
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        """Length of the raw vectors this embedder returns."""
+        return self.resolved.dim
+
+    # -- tokenization ----------------------------------------------------------------------------
+
+    def _single_text_types_are_zero(self) -> bool:
+        """Whether one text's type ids are all 0, so they need not be read per text.
+
+        A post-processor gives a single sequence's type ids by template position ([CLS], text, [SEP]),
+        never by the text's content, so one probe text tells for all.
+        """
+        probe = "a b 1"
+        if self._backend is not None:
+            return not any(self._backend.encode(probe, add_special_tokens=True).type_ids)
+        return not any(self._tokenizer(probe, add_special_tokens=True).get("token_type_ids") or [])
+
+    def _tokenize(self, texts: list[str]) -> Tokens:
+        """Token ids (truncated, with special tokens), type ids where not all 0, and a truncation flag per text."""
+        if self._backend is not None:
+            encs = self._backend.encode_batch(texts, add_special_tokens=True)
+            types = [e.type_ids for e in encs] if self._types_needed else None
+            tokens = Tokens.from_lists([e.ids for e in encs], types)
+            # Overflow pieces exist exactly when the text had more than max_length tokens, and a truncated
+            # text has max_length tokens left: only those are asked (each .overflowing builds objects).
+            for i in np.flatnonzero(tokens.lengths >= self.max_length):
+                tokens.truncated[i] = bool(encs[i].overflowing)
+            return tokens
+        full = self._tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
+        enc = self._tokenizer(texts, truncation=True, max_length=self.max_length, add_special_tokens=True)
+        tokens = Tokens.from_lists(enc["input_ids"], enc.get("token_type_ids") if self._types_needed else None)
+        tokens.truncated[:] = [len(f) > self.max_length for f in full]
+        return tokens
+
+    # -- inference -------------------------------------------------------------------------------
+
+    def _forward(self, input_ids, attention_mask, token_type_ids, padded: bool = True):
+        import torch
+
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        if self._st_modules is not None:
+            for module in self._st_modules:
+                features = module(features)
+            return features["sentence_embedding"]
+        if not padded:
+            # Without pads the model attends to every token with or without a mask, and transformers
+            # checks a given mask with `mask.all()`, which waits for the GPU: a sync per batch.
+            del features["attention_mask"]
+        hidden = self._model(**features).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        if self.pooling == "last":
+            last = attention_mask.sum(dim=1) - 1  # right padding: last real token
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> EmbedResult:
+        """Raw vectors (float32), norms (float64), token counts and truncation flags, in input order.
+
+        Texts are tokenized, planned and batched in chunks of at most ``chunk_texts`` (results do not
+        depend on the chunking beyond float rounding). On a GPU, the next chunk is tokenized on a helper
+        thread while this chunk's batches run, and a chunk's outputs stay on the device until all its
+        batches are queued. ``progress``, if given, is called with the number of texts finished after each
+        batch, in order, ending at ``len(texts)``: on CPU as each batch ends, on a GPU once its chunk's
+        outputs are back in host memory.
+        """
+        import torch
+
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"text {i} is {type(t).__name__}, not str: pass strings only (no None/NaN)")
+        n, dim = len(texts), self.resolved.dim
+        vectors = np.empty((n, dim), dtype=np.float32)
+        norms = np.empty(n, dtype=np.float64)
+        lengths = np.empty(n, dtype=np.int32)
+        truncated = np.empty(n, dtype=bool)
+        stats = _Stats(texts=n)
+        if n == 0:
+            self.last_stats = stats
+            return EmbedResult(vectors, norms, lengths, truncated)
+        bounds = chunk_bounds(n, self.chunk_texts)
+        report = _Progress(progress)
+        chunks = computed_ahead(self._tokenize, [texts[a:b] for a, b in bounds])
+        with self._lock, torch.inference_mode(), contextlib.closing(chunks):
+            queued = None
+            for (start, stop), tokens in zip(bounds, chunks, strict=True):
+                lengths[start:stop] = tokens.lengths
+                truncated[start:stop] = tokens.truncated
+                # queue this chunk before waiting for the last one, so the device never runs dry
+                ahead = self._queue_chunk(tokens, start, stats, report)
+                if queued is not None:
+                    self._collect(queued, vectors, norms, report)
+                queued = ahead
+            self._collect(queued, vectors, norms, report)
+        self.last_stats = stats
+        return EmbedResult(vectors, norms, lengths, truncated)
+
+    def _queue_chunk(self, tokens: Tokens, start: int, stats: _Stats, report: _Progress) -> _Queued:
+        """Run (on a GPU: queue) every batch of one chunk; its outputs start back to host memory at the end."""
+        import torch
+
+        dim = self.resolved.dim
+        packed = pack_batches(
+            tokens, plan_batches(tokens.lengths, self.batch_tokens, self.max_batch_size), self._pad_id,
+            self._with_types,
+        )
+        inputs = to_device(packed.arrays, self.device)
+        out_vectors = torch.empty((len(packed.rows), dim), dtype=torch.float32, device=self.device)
+        out_norms = torch.empty(len(packed.rows), dtype=self._norm_dtype, device=self.device)
+        row = col = 0
+        for (size, width), real in zip(packed.shapes, packed.real, strict=True):
+            batch = inputs[:, col : col + size * width].view(-1, size, width)  # each row contiguous
+            raw = self._forward(batch[0], batch[1], batch[2] if self._with_types else None, real < size * width)
+            if raw.shape[-1] != dim:
+                raise RuntimeError(f"model produced {raw.shape[-1]}-d vectors but {dim} were expected")
+            out_vectors[row : row + size] = raw
+            out_norms[row : row + size] = torch.linalg.vector_norm(raw, dim=1, dtype=self._norm_dtype)
+            stats.batches += 1
+            stats.real_tokens += real
+            stats.padded_tokens += size * width
+            stats.batch_shapes.append((size, width))
+            row, col = row + size, col + size * width
+            if not self._queue_ahead:
+                report(size)
+        sizes = [size for size, _ in packed.shapes] if self._queue_ahead else []
+        return _Queued(start + packed.rows, to_host(out_vectors, out_norms), sizes)
+
+    @staticmethod
+    def _collect(queued: _Queued, vectors: np.ndarray, norms: np.ndarray, report: _Progress) -> None:
+        """Wait for one chunk's outputs, put them in their result rows, and report the chunk's progress."""
+        vectors[queued.rows], norms[queued.rows] = queued.outputs.numpy()
+        for size in queued.sizes:
+            report(size)
+
+    def token_norms(self) -> TokenNorms:
+        """L2 norms of the rows of ``model.get_input_embeddings().weight``, computed in float64."""
+        import torch
+
+        with torch.inference_mode():
+            weight = self._model.get_input_embeddings().weight.detach().to("cpu", torch.float64).numpy()
+        norms = np.linalg.norm(weight, axis=1)
+        ids = np.arange(weight.shape[0], dtype=np.int64)
+        if self._backend is not None:
+            tokens = [self._backend.id_to_token(int(i)) or "" for i in ids]
+        else:
+            tokens = [t or "" for t in self._tokenizer.convert_ids_to_tokens(ids.tolist())]
+        return TokenNorms(token_ids=ids, tokens=tokens, norms=norms)
+
+
+_EMBEDDERS: dict[tuple, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def get_embedder(resolved: ResolvedModel, device: str = "auto", threads: int | None = None, **kw) -> Embedder:
+    """A per-process cached :class:`Embedder`, so a Dask worker loads each model once across shards."""
+    key = (resolved.fingerprint, resolved.path, resolved.spec, device, threads, tuple(sorted(kw.items())))
+    with _EMBEDDERS_LOCK:
+        embedder = _EMBEDDERS.get(key)
+        if embedder is None:
+            embedder = _EMBEDDERS[key] = Embedder(resolved, device=device, threads=threads, **kw)
+        return embedder

@@ -1,0 +1,127 @@
+"""Quality gates at the storage boundary: nothing reaches a view without passing its GX suite.
+
+* :func:`gate_part`: a staged embeddings part, before its commit. On failure the part and its
+  GX result go to ``quarantine/<run_id>/<probe_set>/`` and :class:`PartValidationError` names
+  the expectation, the count and a few item ids.
+* :func:`gate_token_norms`: the token-norm table, before it is written (quarantined likewise).
+* :func:`gate_probe_set`: a probe set's items and properties, before they are written.
+
+Every result, passed or failed, is kept under ``reports/validation/<run_id>/`` for the run's
+Data Docs (:mod:`pipeline.quality.datadocs`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.quality.datadocs import data_docs_path, save_validation, validation_key
+from pipeline.quality.suites import (
+    DataValidationError,
+    ValidationReport,
+    validate_embeddings,
+    validate_probe_tables,
+    validate_token_norms,
+)
+from pipeline.storage.parts import PartValidationError, StagedPart, quarantine_part
+from pipeline.storage.store import Manifest, StorageError, Store, sha256_bytes
+
+
+def gate_part(store: Store, part: StagedPart, expected_ids: list[str], template: Manifest,
+              run_id: str, expected_text_sha256: list[str] | None = None) -> ValidationReport:
+    """Validate a staged part with the ``embeddings`` suite; quarantine it and raise if it fails.
+
+    ``expected_text_sha256`` (aligned with ``expected_ids``): the text hashes the shard was planned
+    with; the part's rows must carry exactly these (the audit always passes them).
+    """
+    data = store.read_bytes(part.staged)
+    if sha256_bytes(data) != part.sha256:
+        raise StorageError(
+            f"staged part {store.url(part.staged)} changed after it was written (sha256 differs): the "
+            "storage returned other bytes than the worker wrote. Rerun the audit; if it recurs, check the store."
+        )
+    meta = {"run_id": run_id, "shard_id": part.shard_id, "model": part.model, "release": part.release,
+            "probe_set": part.probe_set, "sha256": part.sha256}
+    report = validate_embeddings(pq.read_table(io.BytesIO(data)), expected_ids, template.dim,
+                                 template.vector_dtype, part.model, part.release, part.probe_set, meta,
+                                 expected_text_sha256)
+    save_validation(store, run_id, validation_key("embeddings", part.probe_set, f"part-{part.shard_id}"), report)
+    if not report.success:
+        folder = quarantine_part(store, run_id, part, _quarantine_record(report))
+        raise PartValidationError(
+            f"shard {part.shard_id} of probe set {part.probe_set!r} ({part.model} @ {part.release}) failed "
+            f"{report.suite} and was quarantined in {store.url(folder)}: {report.summary()}. Nothing of it is "
+            f"visible. The GX result is next to the part and in {data_docs_path(store, run_id)}."
+        )
+    return report
+
+
+def gate_token_norms(store: Store, table: pa.Table, model: str, release: str, run_id: str | None) -> None:
+    """Validate the token-norm table before it is written; quarantine it and raise if it fails."""
+    meta = {"run_id": run_id, "model": model, "release": release}
+    report = validate_token_norms(table, model, release, meta)
+    if run_id:
+        save_validation(store, run_id, validation_key("token_norms", f"{model}__{release}"), report)
+    if report.success:
+        return
+    folder = f"quarantine/{run_id or 'no-run'}/token_norms/{model}/{release}"
+    store.write_table(f"{folder}/part-0.parquet", table)
+    store.write_bytes_atomic(f"{folder}/part-0.report.json", json.dumps(_quarantine_record(report)).encode())
+    raise DataValidationError(
+        f"token norms of {model} @ {release} failed {report.suite} and were quarantined in "
+        f"{store.url(folder)}: {report.summary()}. The model's input embedding table has non-finite or "
+        "duplicate rows; check the weights.", report)
+
+
+def gate_probe_set(store: Store, ps, kinds, run_id: str | None = None) -> None:
+    """Validate a probe set's items and properties before they are written; raise naming what failed."""
+    reports = validate_probe_tables(ps.name, ps.items, ps.properties, kinds, meta={"run_id": run_id})
+    for report in reports:
+        table = report.suite.split(".")[0]
+        if run_id:
+            save_validation(store, run_id, validation_key(table, ps.name), report)
+        if not report.success:
+            raise DataValidationError(
+                f"probe set {ps.name!r} ({ps.origin or 'built-in'}) failed {report.suite}: {report.summary()}. "
+                "Nothing was written; fix those rows of the probe set and rerun.", report)
+
+
+def _quarantine_record(report: ValidationReport) -> dict:
+    """What goes next to a quarantined file: a readable summary, then the full GX result."""
+    return {
+        "suite": report.suite, "success": report.success, "rows": report.rows,
+        "failures": [f.describe(limit=20) for f in report.failures],
+        "validation_result": report.result,
+    }
+
+
+def open_release(store: Store, model: str, release: str, run_id: str) -> None:
+    """Take the release's lease before any embedding (raises LeaseHeldError if another run has it)."""
+    from pipeline.storage import lease
+
+    lease.acquire(store, model, release, run_id)
+
+
+def close_release(store: Store, model: str, release: str, run_id: str, data_docs: bool = True) -> str | None:
+    """Release the run's lease and build its Data Docs; returns the docs URL (None if nothing validated).
+
+    Runs in the flow's ``finally``: it must never hide the run's own error, so a docs failure is
+    logged, not raised. An interrupted run skips the docs (``data_docs=False``): the user asked it
+    to stop, and the validation results stay under ``reports/validation/<run_id>/``.
+    """
+    import logging
+
+    from pipeline.quality.datadocs import build_data_docs
+    from pipeline.storage import lease
+
+    try:
+        return build_data_docs(store, run_id) if data_docs else None
+    except Exception as exc:  # noqa: BLE001 - see docstring
+        logging.getLogger(__name__).warning("Data Docs for run %s were not built: %s: %s", run_id,
+                                            type(exc).__name__, exc)
+        return None
+    finally:
+        lease.release(store, model, release, run_id)

@@ -1,0 +1,222 @@
+"""Integrity of committed data: every part a manifest lists must have the bytes it recorded.
+
+Two depths, chosen by cost:
+
+* ``size`` (one recursive listing of ``embeddings/``): catches a missing, truncated or replaced
+  file. :func:`pipeline.storage.catalog.open_catalog` runs it every time, so no query reads a part
+  that is visibly wrong.
+* ``sha256`` (reads every byte): catches any change, including a flipped byte that keeps the
+  size. ``normaudit verify`` runs it, and so does an audit's planning for the partition it is
+  about to extend, before trusting which shards are done.
+
+``normaudit verify`` also checks every committed row against its probe item (``texts=True``): the
+row's ``text_sha256`` must be the item's current one. A part with a row embedded from a text that
+has since changed (``stale_text``), or written before rows carried the hash (``no_text_hash``, an
+older store), is reported; the ``embeddings`` view already hides those rows, and an audit of the
+release re-embeds them by itself. Planning and the catalog do not run this check: a changed text
+is work for the next audit, not corruption.
+
+A corrupt part is never repaired silently: a storage layer that changes bytes is news for
+whoever runs it. ``normaudit verify --repair`` moves such parts to ``quarantine/`` and drops
+them from their manifest (under the release's lease); the next audit re-embeds their shards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, replace
+
+from pipeline.storage.store import CorruptPartError, Manifest, Store, sha256_bytes
+
+
+@dataclass
+class Problem:
+    """One committed part that is not what its manifest says."""
+
+    model: str
+    release: str
+    probe_set: str
+    shard_id: str
+    file: str  # relative to the root
+    kind: str  # missing, size, sha256; stale_text, no_text_hash (TEXT_KINDS)
+    detail: str
+
+
+@dataclass
+class VerifyReport:
+    """What was checked and what was wrong."""
+
+    depth: str
+    partitions: int = 0
+    parts: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no committed part differs from its manifest."""
+        return not self.problems
+
+
+# Problems with what a part's rows say about their texts, not with its bytes.
+TEXT_KINDS = ("stale_text", "no_text_hash")
+
+
+def _partition(store: Store, m: Manifest) -> str:
+    return store.embeddings_dir(m.model, m.release, m.probe_set)
+
+
+def verify_manifest(store: Store, manifest: Manifest, depth: str = "sha256",
+                    sizes: dict[str, int] | None = None) -> list[Problem]:
+    """Problems of one partition's committed parts (``depth`` ``size`` or ``sha256``).
+
+    ``sizes`` maps relative paths to byte sizes (from one listing; listed here when not given).
+    """
+    if depth not in ("size", "sha256"):
+        raise ValueError(f"depth must be 'size' or 'sha256', not {depth!r}")
+    if depth == "size" and sizes is None:
+        sizes = _sizes(store)
+    d = _partition(store, manifest)
+    problems = []
+    for p in manifest.parts:
+        rel = f"{d}/{p.file}"
+        where = (manifest.model, manifest.release, manifest.probe_set, p.shard_id, rel)
+        if depth == "sha256":
+            try:
+                data = store.read_bytes(rel)
+            except FileNotFoundError:
+                problems.append(Problem(*where, "missing", "listed in the manifest but not on storage"))
+                continue
+            if p.size is not None and len(data) != p.size:
+                problems.append(Problem(*where, "size", f"{len(data)} bytes, manifest says {p.size}"))
+            elif sha256_bytes(data) != p.sha256:
+                problems.append(Problem(*where, "sha256", f"sha256 is not the manifest's {p.sha256[:12]}…"))
+            continue
+        size = sizes.get(rel)
+        if size is None:
+            problems.append(Problem(*where, "missing", "listed in the manifest but not on storage"))
+        elif p.size is not None and size != p.size:
+            problems.append(Problem(*where, "size", f"{size} bytes, manifest says {p.size}"))
+    return problems
+
+
+def _sizes(store: Store) -> dict[str, int]:
+    """Byte size of every file under ``embeddings/``, from one recursive listing."""
+    base = store.path("embeddings")
+    if not store.exists("embeddings"):
+        return {}
+    found = store.retry(lambda: store.fs.find(base, detail=True), "list embeddings/")
+    prefix = store.base + "/"
+    return {k[len(prefix):] if k.startswith(prefix) else k: int(v.get("size") or 0) for k, v in found.items()}
+
+
+def probe_text_hashes(store: Store, probe_set: str) -> dict[str, str]:
+    """``item_id -> text_sha256`` of a stored probe set's items now (hashed from the text if not stored)."""
+    from pipeline.probes.base import text_sha256
+
+    rel = f"{store.probes_dir(probe_set)}/items.parquet"
+    if not store.exists(rel):
+        return {}
+    items = store.read_table(rel)
+    ids = items["item_id"].to_pylist()
+    hashes = (items["text_sha256"].to_pylist() if "text_sha256" in items.column_names
+              else text_sha256(items["text"].to_pylist()))
+    return dict(zip(ids, hashes, strict=True))
+
+
+def verify_texts(store: Store, manifest: Manifest, current: dict[str, str],
+                 skip: frozenset[str] = frozenset()) -> list[Problem]:
+    """Parts of one partition with a row whose ``text_sha256`` is not its probe item's now.
+
+    ``current`` maps item ids to their text hashes (:func:`probe_text_hashes`); parts whose shard id is in
+    ``skip`` (already reported missing or corrupt) are not read. Reads only the item_id and text_sha256 columns.
+    """
+    from pipeline.storage.shards import committed_item_ids
+
+    d = _partition(store, manifest)
+    live = replace(manifest, parts=[p for p in manifest.parts if p.shard_id not in skip])
+    rows_by_shard = committed_item_ids(store, live)
+    problems = []
+    for p in live.parts:
+        rows = rows_by_shard[p.shard_id]
+        where = (manifest.model, manifest.release, manifest.probe_set, p.shard_id, f"{d}/{p.file}")
+        if any(h is None for h in rows.values()):
+            problems.append(Problem(*where, "no_text_hash", f"its {len(rows)} rows carry no text_sha256 (written "
+                                    "before normaudit recorded which text was embedded): they cannot be "
+                                    "checked against the probe items and the views hide them"))
+            continue
+        gone = sorted(i for i in rows if i not in current)
+        changed = sorted(i for i, h in rows.items() if i in current and current[i] != h)
+        if changed or gone:
+            said = [f"{len(changed)} row(s) embedded from a text the probe item no longer has"] if changed else []
+            said += [f"{len(gone)} row(s) of items no longer in the probe set"] if gone else []
+            problems.append(Problem(*where, "stale_text", f"{' and '.join(said)} (e.g. item_id "
+                                    f"{(changed or gone)[:3]}); the views hide them"))
+    return problems
+
+
+def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> VerifyReport:
+    """Check every committed part under the root; parts are read one at a time.
+
+    ``texts``: also check every row's ``text_sha256`` against its probe item's (:func:`verify_texts`).
+    """
+    report = VerifyReport(depth)
+    sizes = _sizes(store) if depth == "size" else None
+    current: dict[str, dict[str, str]] = {}
+    for m in store.manifests():
+        report.partitions += 1
+        report.parts += len(m.parts)
+        problems = verify_manifest(store, m, depth, sizes)
+        report.problems.extend(problems)
+        if texts:
+            if m.probe_set not in current:
+                current[m.probe_set] = probe_text_hashes(store, m.probe_set)
+            report.problems.extend(verify_texts(store, m, current[m.probe_set],
+                                                frozenset(p.shard_id for p in problems)))
+    return report
+
+
+def raise_if_corrupt(store: Store, problems: list[Problem]) -> None:
+    """Raise :class:`CorruptPartError` naming the files and the command that repairs them."""
+    if not problems:
+        return
+    listed = "; ".join(f"{store.url(p.file)} ({p.kind}: {p.detail})" for p in problems[:5])
+    more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+    raise CorruptPartError(
+        f"{len(problems)} committed part(s) do not match their manifest: {listed}{more}. Run "
+        f"`normaudit verify --root {store.root_url} --repair` to move them to quarantine and drop them from "
+        "their manifest; the next audit of that release re-embeds them."
+    )
+
+
+def repair(store: Store, problems: list[Problem]) -> str:
+    """Quarantine the parts with problems and drop them from their manifests; returns the quarantine folder.
+
+    This holds for every kind, the text kinds included: a ``stale_text`` or ``no_text_hash`` part is moved
+    whole (its current rows too) to ``quarantine/verify-<time>/<model>/<release>/<probe_set>/`` beside a
+    ``.problem.txt``, so nothing of it stays committed and the next audit of that release re-embeds its
+    shard with the texts of now. Each release is changed under its lease, so a running audit of it is
+    never raced.
+    """
+    from pipeline.storage import lease
+
+    run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    folder = f"quarantine/{run}"
+    by_partition: dict[tuple[str, str, str], list[Problem]] = {}
+    for p in problems:
+        by_partition.setdefault((p.model, p.release, p.probe_set), []).append(p)
+    for (model, release, probe_set), probs in by_partition.items():
+        held = lease.acquire(store, model, release, run)
+        try:
+            manifest = store.read_manifest(model, release, probe_set)
+            bad = {p.shard_id for p in probs}
+            manifest.parts = [p for p in manifest.parts if p.shard_id not in bad]
+            store.write_manifest(manifest)  # readers stop seeing the parts before they move
+            for p in probs:
+                dest = f"{folder}/{model}/{release}/{probe_set}/{p.file.rsplit('/', 1)[-1]}"
+                if p.kind != "missing":
+                    store.move(p.file, dest)
+                store.write_bytes_atomic(dest + ".problem.txt", f"{p.kind}: {p.detail}\n".encode())
+        finally:
+            lease.release(store, model, release, held.run_id)
+    return folder
+
