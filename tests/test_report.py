@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline.analysis.report import render_report
+from pipeline.analysis.report_html import fmt, render, table
 from pipeline.analysis.sql import run_query
 from pipeline.audit.steps import run_analyses
 from pipeline.probes import ProbeSet
@@ -228,16 +229,34 @@ def test_report_shows_alerts_and_links_data_docs(two_releases):
         "release": "v2",
         "message": "spearman of min_depth moved past 0.1",
     }
-    write_alerts(store, "x", pl.DataFrame([alert], schema=ALERT_COLUMNS))
+    hostile = alert | {"message": "<script>alert(1)</script> & more"}  # messages may quote user input
+    write_alerts(store, "x", pl.DataFrame([alert, hostile], schema=ALERT_COLUMNS))
     store.write_bytes_atomic("reports/data_docs/20240102T000000-v2/index.html", b"<html></html>")
     try:
         render_report(store, "m", "v2")
         page = store.read_bytes("reports/m/v2/index.html").decode()
-        assert "1 alert(s)" in page and "spearman of min_depth moved past 0.1" in page
+        assert "2 alert(s)" in page and "spearman of min_depth moved past 0.1" in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page and "<script" not in page
         assert "href='../../data_docs/20240102T000000-v2/index.html'" in page
     finally:
         store.rm("alerts/x.parquet")
         store.rm("reports/data_docs", recursive=True)
+
+
+def test_templates_escape_names_and_cells_but_keep_built_markup():
+    hostile = "<script>alert(1)</script>"
+    index = render("model_index.html.j2", title=hostile, model=hostile, releases=[hostile, "v2"], trends=[])
+    assert "<script" not in index and index.count("&lt;script&gt;") == 4  # title, heading, link target, link text
+    cells = table([{"name": hostile, "stat": fmt(0.5, 0.25, 0.75), "n": 1234, "ok": True, "x": float("nan")}])
+    page = render(
+        "report.html.j2", title="t", model="m", release="r", fingerprint=hostile, run_id="r1", status="completed",
+        data_docs_href=None, alerts=[], inventory=cells, norm_table=None, figures=[], other_table=None,
+        previous=None, drift=None, n_results=1, results=cells,
+    )
+    assert "<script" not in page and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page
+    assert "<td class='num'>+0.500 <span class='muted'>[+0.250, +0.750]</span></td>" in page
+    assert "<td class='num'>1,234</td>" in page and "<td>yes</td>" in page and "<td class='num'>—</td>" in page
+    assert "no Data Docs built under this root" in page and "No alert" in page
 
 
 def test_unknown_release_names_the_known_ones(two_releases):

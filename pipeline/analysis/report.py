@@ -3,12 +3,12 @@
 ``<root>/reports/<model>/<release>/index.html`` with its PNG plots beside it, and
 ``<root>/reports/<model>/index.html`` with one trend plot per statistic. Pages are
 self-contained (inline CSS, no scripts, no external assets; images by relative
-path) and written through fsspec, so an ``s3://`` root works like a local one.
+path), rendered from the Jinja2 templates in ``templates/`` and written through fsspec, so an
+``s3://`` root works like a local one.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass
 
@@ -17,16 +17,20 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis import plots
-from pipeline.analysis.report_html import fmt, page, table
+from pipeline.analysis.report_html import Table, fmt, render, table
 from pipeline.analysis.sql import run_query
 from pipeline.names import check_name
+from pipeline.quality.datadocs import DOCS_DIR
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
 
-DATA_DOCS = "reports/data_docs"  # GX Data Docs: <DATA_DOCS>/<run_id>/index.html (pipeline/quality/datadocs.py)
 # Properties plotted against the norm when a probe set has them (WordNet depth gets box plots).
 SCATTER_PROPERTIES = ("zipf", "rating_sd", "label_entropy")
 NORM_STATISTICS = ["spearman", "partial_spearman_zipf", "partial_spearman_n_tokens", "pearson_log_norm"]
+DRIFT_COLUMNS = [
+    "analysis", "probe_set", "property", "statistic", "previous_value", "value", "change", "intervals_overlap"
+]
+RESULT_COLUMNS = ["analysis", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n", "run_id"]
 
 
 @dataclass
@@ -179,10 +183,10 @@ def _retrieval_plots(store: Store, folder: str, results: pl.DataFrame) -> list[P
     return out
 
 
-def _norm_table(results: pl.DataFrame) -> str:
+def _norm_table(results: pl.DataFrame) -> Table | None:
     rows = results.filter(pl.col("analysis") == "norm_vs_property")
     if rows.height == 0:
-        return "<p class='muted'>No probe property was measured for this release.</p>"
+        return None
     out = []
     for (probe_set, prop), part in rows.group_by(["probe_set", "property"], maintain_order=True):
         cells = {
@@ -199,13 +203,13 @@ def _norm_table(results: pl.DataFrame) -> str:
     return table(out, ["probe set", "property", "n", *NORM_STATISTICS])
 
 
-def _other_table(results: pl.DataFrame) -> str:
+def _other_table(results: pl.DataFrame) -> Table | None:
     rows = results.filter(
         pl.col("analysis").is_in(["hypernym_pairs", "token_norm_vs_frequency"])
         | ((pl.col("analysis") == "retrieval_calibration") & ~pl.col("property").str.starts_with("selective"))
     )
     if rows.height == 0:
-        return "<p class='muted'>No hypernym pairs, token table or retrieval probe set in this release.</p>"
+        return None
     return table(
         _with_ci_column(rows), ["analysis", "probe_set", "property", "statistic", "value [95% CI]", "n"]
     )
@@ -218,28 +222,25 @@ def _with_ci_column(rows: pl.DataFrame) -> list[dict]:
     ]
 
 
-def _alerts(con: duckdb.DuckDBPyConnection, model: str, release: str) -> str:
+def _alerts(con: duckdb.DuckDBPyConnection, model: str, release: str) -> list[str] | None:
+    """The release's alert messages; ``None`` when the store records no alerts at all."""
     has_view = con.execute("select count(*) from duckdb_views() where view_name = 'alerts'").fetchall()[0][0]
     if not has_view:
-        return "<p class='muted'>Alerts are not recorded in this store.</p>"
+        return None
     alerts = con.sql(
-        "select * from alerts where model = $model and release = $release",
+        "select message from alerts where model = $model and release = $release",
         params={"model": model, "release": release},
     ).pl()
-    if alerts.height == 0:
-        return "<p class='ok'>No alert: no tracked statistic moved past its threshold.</p>"
-    items = "".join(f"<li>{html.escape(str(m))}</li>" for m in alerts["message"].to_list())
-    return f"<div class='alert'><b>{alerts.height} alert(s)</b><ul>{items}</ul></div>"
+    return [str(m) for m in alerts["message"].to_list()]
 
 
-def _data_docs_link(store: Store, run_ids: list[str]) -> str:
+def _data_docs_href(store: Store, run_ids: list[str]) -> str | None:
     """Link to the Data Docs of the newest run of the release that has them (relative to the page)."""
     for sub in [*run_ids, ""]:
-        rel = "/".join(p for p in (DATA_DOCS, sub, "index.html") if p)
+        rel = "/".join(p for p in (DOCS_DIR, sub, "index.html") if p)
         if store.exists(rel):
-            href = "../../" + rel.removeprefix("reports/")
-            return f"<a href='{href}'>data quality: Great Expectations Data Docs</a>"
-    return "<span class='muted'>no Data Docs built under this root</span>"
+            return "../../" + rel.removeprefix("reports/")
+    return None
 
 
 def render_report(store: Store, model: str, release: str) -> str:
@@ -265,59 +266,29 @@ def render_report(store: Store, model: str, release: str) -> str:
         store, folder, results
     )
     drift = run_query(con, "release_drift", model=model, release=release)
-    previous = drift["previous_release"][0] if drift.height else None
-    data_docs = _data_docs_link(store, runs["run_id"].to_list())
     latest = runs.row(0, named=True) if runs.height else {}
-    body = [
-        f"<h1>normaudit · {html.escape(model)} @ {html.escape(release)}</h1>",
-        f"<p class='muted'>fingerprint {html.escape(str(latest.get('fingerprint', '—'))[:16])}… · "
-        f"latest run {html.escape(str(latest.get('run_id', '—')))} "
-        f"({html.escape(str(latest.get('status', '—')))}) · "
-        f"<a href='../index.html'>all releases of {html.escape(model)}</a> · {data_docs}</p>",
-        "<h2>Alerts</h2>",
-        _alerts(con, model, release),
-        "<h2>Stored items</h2>",
-        table(inventory),
-        "<h2>Does the norm track the probe properties?</h2>",
-        "<p>Spearman's ρ of the raw norm with each property; partial ρ with word frequency (zipf) or "
-        "token count partialled out; Pearson's r on ln(norm). Brackets: 95% bootstrap intervals "
-        "(1,000 seeded resamples).</p>",
-        _norm_table(results),
-        *[
-            f"<figure><img src='{p.file}' alt='{html.escape(p.file)}'><figcaption>{html.escape(p.caption)}"
-            "</figcaption></figure>"
-            for p in figures
-        ],
-        "<h2>Specificity pairs, token table, retrieval</h2>",
-        _other_table(results),
-        f"<h2>Change since the previous release{f' ({html.escape(previous)})' if previous else ''}</h2>",
-        (
-            table(
-                drift.filter(pl.col("analysis") != "norm_by_bin"),
-                [
-                    "analysis",
-                    "probe_set",
-                    "property",
-                    "statistic",
-                    "previous_value",
-                    "value",
-                    "change",
-                    "intervals_overlap",
-                ],
-            )
-            if drift.height
-            else "<p class='muted'>No earlier release of this model to compare with.</p>"
+    page = render(
+        "report.html.j2",
+        title=f"normaudit {model} @ {release}",
+        model=model,
+        release=release,
+        fingerprint=str(latest.get("fingerprint", "—"))[:16],
+        run_id=str(latest.get("run_id", "—")),
+        status=str(latest.get("status", "—")),
+        data_docs_href=_data_docs_href(store, runs["run_id"].to_list()),
+        alerts=_alerts(con, model, release),
+        inventory=table(inventory),
+        norm_table=_norm_table(results),
+        figures=figures,
+        other_table=_other_table(results),
+        previous=drift["previous_release"][0] if drift.height else None,
+        drift=(
+            table(drift.filter(pl.col("analysis") != "norm_by_bin"), DRIFT_COLUMNS) if drift.height else None
         ),
-        f"<h2>All results</h2><details><summary>{results.height:,} rows (every bin and curve point)</summary>"
-        + table(
-            results,
-            ["analysis", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n", "run_id"],
-        )
-        + "</details>",
-    ]
-    store.write_bytes_atomic(
-        f"{folder}/index.html", page(f"normaudit {model} @ {release}", "".join(body)).encode()
+        n_results=results.height,
+        results=table(results, RESULT_COLUMNS),
     )
+    store.write_bytes_atomic(f"{folder}/index.html", page.encode())
     render_model_index(store, model, con)
     return store.url(folder, "index.html")
 
@@ -336,13 +307,8 @@ def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection 
         if trends.height
         else []
     )
-    links = " · ".join(f"<a href='{html.escape(r)}/index.html'>{html.escape(r)}</a>" for r in releases)
-    body = [
-        f"<h1>normaudit · {html.escape(model)}: releases</h1>",
-        f"<p>Release reports, in audit order: {links or '—'}</p>",
-    ]
+    figures = []
     if len(releases) < 2:  # a trend needs two points; a page of single dots costs seconds and says nothing
-        body.append("<p>One trend plot per statistic appears here once a second release is audited.</p>")
         trends = trends.clear()
     position = {r: i for i, r in enumerate(releases)}
     for (analysis, statistic), part in trends.group_by(["analysis", "statistic"], maintain_order=True):
@@ -364,10 +330,15 @@ def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection 
             f"{folder}/{name}", plots.trend(releases, shown, plots.statistic_label(statistic), title)
         )
         more = f" ({len(lines) - 8} more lines in the release reports)" if len(lines) > 8 else ""
-        body.append(
-            f"<figure><img src='{name}' alt='{html.escape(name)}'><figcaption>{html.escape(analysis)} · "
-            f"{html.escape(statistic)}: one line per probe set and property; bars: 95% intervals where "
-            f"recorded{html.escape(more)}.</figcaption></figure>"
+        figures.append(
+            Plot(
+                name,
+                f"{analysis} · {statistic}: one line per probe set and property; bars: 95% intervals where "
+                f"recorded{more}.",
+            )
         )
-    store.write_bytes_atomic(f"{folder}/index.html", page(f"normaudit {model}", "".join(body)).encode())
+    page = render(
+        "model_index.html.j2", title=f"normaudit {model}", model=model, releases=releases, trends=figures
+    )
+    store.write_bytes_atomic(f"{folder}/index.html", page.encode())
     return store.url(folder, "index.html")
