@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from flows.console import quiet_console  # sets environment only: imports no Prefect
 from flows.interrupts import interruptible  # signal handling only: imports no Prefect
 from pipeline.cli.theory import theory_app  # a sub-app: imports only typer
 
@@ -95,6 +96,8 @@ def audit(
     timings: Annotated[bool, typer.Option("--timings", help="print where the time went")] = False,
     replace: Annotated[bool, typer.Option(
         "--replace", help="let a probe file replace a stored probe set of the same name")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
 ) -> None:
     """Embed probe sets with a model, store raw vectors and norms, and run the analyses."""
     from pydantic import ValidationError
@@ -129,6 +132,7 @@ def audit(
         _fail(str(exc))
     from flows.boot import start_api, start_local_cluster
 
+    quiet_console(verbose, local_cluster=not settings.dask_address)  # before Prefect and the workers start
     start_api()  # both boot in other processes while the imports below run (seconds each)
     start_local_cluster(settings)
     from flows.audit import run_audit

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from flows.console import quiet_console  # sets environment only: imports no Prefect
 from flows.interrupts import interruptible  # signal handling only: imports no Prefect
 
 theory_app = typer.Typer(help="Theory lab: train small contrastive models, test the norm formula.",
@@ -30,6 +31,8 @@ def _fail(message: str, code: int = 1) -> None:
 def run(
     config: ConfigOpt = None,
     root: RootOpt = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
 ) -> None:
     """Identity check, lr x batch x decay sweep, checkpoints audited as releases; prints the headline."""
     import time
@@ -42,6 +45,7 @@ def run(
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     settings = load_settings(root=root)
+    quiet_console(verbose, local_cluster=not settings.dask_address)  # before Prefect and the workers start
     from flows.console import failures_once_on_console
     from flows.theory import run_theory_lab
 
