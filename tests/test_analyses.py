@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline.analysis.sql import run_analysis, run_query
+from pipeline.analysis.analyses import run_analysis
+from pipeline.analysis.sql import run_query
 from pipeline.probes import ProbeSet
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store

@@ -7,8 +7,9 @@ import polars as pl
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from pipeline.analysis.analyses import run_analysis
 from pipeline.analysis.retrieval import ALPHAS, exact_topk
-from pipeline.analysis.sql import run_analysis, run_query
+from pipeline.analysis.sql import run_query
 from pipeline.probes import ProbeSet, write_probe_tables
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store

@@ -162,7 +162,7 @@ EVERY_VIEW = "select " + ", ".join(f"(select count(*) from {v}) as {v}" for v in
 
 def _store_release(store: Store) -> None:
     """40 committed word embeddings (dim 384), their norm_vs_property results, a run and a theory output."""
-    from pipeline.analysis.sql import run_analysis
+    from pipeline.analysis.analyses import run_analysis
     from pipeline.storage.catalog import open_catalog
     from pipeline.storage.runs import RunRecord, write_results, write_run
     from tests.helpers import store_synthetic, word_probe_set

@@ -1,4 +1,4 @@
-"""Run the SQL files of ``sql/`` by name with bound parameters, and turn them into ``results`` rows."""
+"""Run the SQL files of ``sql/`` by name with bound parameters (staging tables built on first use)."""
 
 from __future__ import annotations
 
@@ -12,27 +12,12 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-RESULT_COLUMNS = [
-    "run_id", "analysis", "model", "release", "probe_set", "property", "statistic",
-    "value", "ci_low", "ci_high", "n",
-]
-# Analyses an audit runs after embedding, in order. Each produces no rows where the stored data lacks
-# what it needs (no hypernym relations, no token table, no retrieval probe set).
-AUDIT_ANALYSES = [
-    "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
-    "retrieval_calibration", "norm_rescoring",
-]
 # Staging queries, materialized once per connection and scope for every query that names them
 # (norm_vs_property, norm_by_bin and the bootstrap replicates read stg_analysis_values and stg_analysis_groups).
 STAGING = ("stg_analysis_groups", "stg_analysis_values")
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
 # resamples) in batches of replicates: see ensure_bootstrap_replicates.
 BOOTSTRAP = "stg_bootstrap_replicates"
-# Companion queries whose ci_low/ci_high are joined onto an analysis's rows
-# by (probe_set, property, statistic).
-CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
-# Analyses reading the tables the retrieval search registers on the connection (pipeline/analysis/retrieval.py).
-RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "norm_rescoring"})
 # Parameters of the queries, bound where a query names them; callers may override any of them.
 DEFAULT_PARAMS = {
     "resamples": 1000,  # bootstrap replicates of norm_vs_property_ci
@@ -44,7 +29,6 @@ DEFAULT_PARAMS = {
     # process peak (2.6 GiB with all 1,000 at once, in the same time)
     "bootstrap_batch_rows": 100_000_000,
 }
-_CI_KEYS = ["probe_set", "property", "statistic"]
 
 
 def sql_dir() -> Path:
@@ -75,12 +59,12 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     Once per connection and (model, release): the analyses that read it then share one string join
     and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
     """
-    if _staged_for(con, name) == (model, release, None):
+    if staged_for(con, name) == (model, release, None):
         return
     sql = load_sql(name)
     with _any_row_order(con):
         con.execute(f"create or replace temp table {name} as {sql}", _bind(sql, {"model": model, "release": release}))
-    _record_staged(con, name, model, release)
+    record_staged(con, name, model, release)
 
 
 @contextmanager
@@ -108,7 +92,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
     resamples = _at_least_one("resamples", resamples, "1000")
     bootstrap_batch_rows = _at_least_one("bootstrap_batch_rows", bootstrap_batch_rows, "100_000_000")
     scope = f"seed={seed} resamples={resamples}"
-    if _staged_for(con, BOOTSTRAP) == (model, release, scope):
+    if staged_for(con, BOOTSTRAP) == (model, release, scope):
         return
     for table in STAGING:
         ensure_staged(con, table, model, release)
@@ -121,7 +105,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
             params = {"seed": seed, "first_resample": first, "batch_resamples": min(batch, resamples - first)}
             verb = f"create temp table {BOOTSTRAP} as" if first == 0 else f"insert into {BOOTSTRAP}"
             con.execute(f"{verb} {sql}", _bind(sql, params))
-    _record_staged(con, BOOTSTRAP, model, release, scope)
+    record_staged(con, BOOTSTRAP, model, release, scope)
 
 
 def _at_least_one(name: str, value: object, example: str) -> int:
@@ -134,7 +118,7 @@ def _at_least_one(name: str, value: object, example: str) -> int:
     return whole
 
 
-def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str, str | None] | None:
+def staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str, str | None] | None:
     """What this connection's temporary tables ``name`` were built for, if any: (model, release, the
     scope's other parameters or None)."""
     con.execute("create temp table if not exists staged_scopes "
@@ -144,7 +128,7 @@ def _staged_for(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str, st
     return rows[0] if rows else None
 
 
-def _record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str,
+def record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str,
                    detail: str | None = None) -> None:
     con.execute("delete from staged_scopes where name = $name", {"name": name})
     con.execute("insert into staged_scopes values ($name, $model, $release, $detail)",
@@ -164,54 +148,3 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFra
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
     return con.sql(sql, params=_bind(sql, params)).pl()
-
-
-def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
-    """Shape a query's output as ``results`` rows (missing CI columns become null)."""
-    out = frame.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(analysis).alias("analysis"))
-    for col, dtype in (("ci_low", pl.Float64), ("ci_high", pl.Float64)):
-        if col not in out.columns:
-            out = out.with_columns(pl.lit(None, dtype=dtype).alias(col))
-    return out.select(RESULT_COLUMNS).with_columns(
-        pl.col("value").cast(pl.Float64),
-        pl.col("ci_low").cast(pl.Float64),
-        pl.col("ci_high").cast(pl.Float64),
-        pl.col("n").cast(pl.Int64), pl.col("property").cast(pl.String),
-    )
-
-
-def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release: str) -> None:
-    """Run the retrieval search once per connection and release; later calls reuse its tables."""
-    from pipeline.analysis.retrieval import register_retrieval_tables
-
-    if _staged_for(con, "retrieval") == (model, release, None):
-        return
-    register_retrieval_tables(con, model, release)
-    _record_staged(con, "retrieval", model, release)
-
-
-def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str, run_id: str,
-                 **params) -> pl.DataFrame:
-    """One audit analysis as ``results`` rows: its query, with CIs from its companion query if any.
-
-    Args:
-        con: a catalog connection (``pipeline.storage.catalog.open_catalog``).
-        name: an entry of :data:`AUDIT_ANALYSES` (any results-shaped query of ``sql/`` works).
-        model, release: what to analyse.
-        run_id: the run the rows are recorded under.
-        **params: overrides of :data:`DEFAULT_PARAMS` (e.g. ``resamples=200``).
-
-    Returns:
-        The rows in :data:`RESULT_COLUMNS`; empty when the stored data lacks what the analysis needs.
-    """
-    bound = {**DEFAULT_PARAMS, **params, "model": model, "release": release}
-    if name in RETRIEVAL_ANALYSES:
-        ensure_retrieval_tables(con, model, release)
-    frame = run_query(con, name, **bound)
-    if name in CI_QUERIES and frame.height:
-        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high"])
-        frame = frame.join(ci, on=_CI_KEYS, how="left")
-    for col, value in (("model", model), ("release", release)):
-        if col not in frame.columns:
-            frame = frame.with_columns(pl.lit(value, dtype=pl.String).alias(col))
-    return to_results(frame, run_id, name)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import polars as pl
 
-from pipeline.analysis.sql import AUDIT_ANALYSES, run_analysis
+from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
 from pipeline.probes import ProbeSet, load_probe_set, write_probe_tables
 from pipeline.settings import Settings
 from pipeline.storage.catalog import open_catalog

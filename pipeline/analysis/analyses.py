@@ -1,0 +1,75 @@
+"""The audit's analyses: which SQL files an audit runs, with their CIs, as ``results`` rows."""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from pipeline.analysis.retrieval import register_retrieval_tables
+from pipeline.analysis.sql import DEFAULT_PARAMS, record_staged, run_query, staged_for
+
+RESULT_COLUMNS = [
+    "run_id", "analysis", "model", "release", "probe_set", "property", "statistic",
+    "value", "ci_low", "ci_high", "n",
+]
+# Analyses an audit runs after embedding, in order. Each produces no rows where the stored data lacks
+# what it needs (no hypernym relations, no token table, no retrieval probe set).
+AUDIT_ANALYSES = [
+    "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
+    "retrieval_calibration", "norm_rescoring",
+]
+# Companion queries whose ci_low/ci_high are joined onto an analysis's rows
+# by (probe_set, property, statistic).
+CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
+# Analyses reading the tables the retrieval search registers on the connection (pipeline/analysis/retrieval.py).
+RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "norm_rescoring"})
+_CI_KEYS = ["probe_set", "property", "statistic"]
+
+
+def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
+    """Shape a query's output as ``results`` rows (missing CI columns become null)."""
+    out = frame.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(analysis).alias("analysis"))
+    for col, dtype in (("ci_low", pl.Float64), ("ci_high", pl.Float64)):
+        if col not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=dtype).alias(col))
+    return out.select(RESULT_COLUMNS).with_columns(
+        pl.col("value").cast(pl.Float64),
+        pl.col("ci_low").cast(pl.Float64),
+        pl.col("ci_high").cast(pl.Float64),
+        pl.col("n").cast(pl.Int64), pl.col("property").cast(pl.String),
+    )
+
+
+def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release: str) -> None:
+    """Run the retrieval search once per connection and release; later calls reuse its tables."""
+    if staged_for(con, "retrieval") == (model, release, None):
+        return
+    register_retrieval_tables(con, model, release)
+    record_staged(con, "retrieval", model, release)
+
+
+def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str, run_id: str,
+                 **params) -> pl.DataFrame:
+    """One audit analysis as ``results`` rows: its query, with CIs from its companion query if any.
+
+    Args:
+        con: a catalog connection (``pipeline.storage.catalog.open_catalog``).
+        name: an entry of :data:`AUDIT_ANALYSES` (any results-shaped query of ``sql/`` works).
+        model, release: what to analyse.
+        run_id: the run the rows are recorded under.
+        **params: overrides of :data:`DEFAULT_PARAMS` (e.g. ``resamples=200``).
+
+    Returns:
+        The rows in :data:`RESULT_COLUMNS`; empty when the stored data lacks what the analysis needs.
+    """
+    bound = {**DEFAULT_PARAMS, **params, "model": model, "release": release}
+    if name in RETRIEVAL_ANALYSES:
+        ensure_retrieval_tables(con, model, release)
+    frame = run_query(con, name, **bound)
+    if name in CI_QUERIES and frame.height:
+        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high"])
+        frame = frame.join(ci, on=_CI_KEYS, how="left")
+    for col, value in (("model", model), ("release", release)):
+        if col not in frame.columns:
+            frame = frame.with_columns(pl.lit(value, dtype=pl.String).alias(col))
+    return to_results(frame, run_id, name)
