@@ -150,7 +150,7 @@ def test_other_st_stacks_are_run_by_sentence_transformers(tmp_path, tiny_model_d
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Dense, Normalize
 
-    from pipeline.embedding.embed import native_st_pooling
+    from pipeline.embedding.pooling import native_st_pooling
 
     st = SentenceTransformer(str(tiny_model_dir), device="cpu", local_files_only=True)
     transformer, pooling = list(st)[:2]

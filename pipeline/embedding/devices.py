@@ -7,6 +7,8 @@ chunk of batches without waiting. torch is imported inside functions (see :mod:`
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,9 +32,6 @@ def keep_freed_memory() -> None:
         return
     _MALLOC_TUNED = True
     try:
-        import ctypes
-        import ctypes.util
-
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
         libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)

