@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 log = logging.getLogger("normaudit.progress")
 
 
@@ -32,8 +34,6 @@ class RichProgress(LogProgress):
     """A terminal progress bar of shards and items."""
 
     def __init__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[shards]}"), TimeElapsedColumn(), transient=False)
         self._task = None

@@ -5,37 +5,15 @@ from __future__ import annotations
 import difflib
 import posixpath
 import re
-from collections.abc import Callable
 
-import polars as pl
-
-from pipeline.probes.base import ProbeInputError, ProbeSet, text_sha256
+from pipeline.names import check_name
+from pipeline.probes.base import ProbeInputError, ProbeSet
+from pipeline.probes.builtin import BUILTIN
+from pipeline.probes.files import read_probe_file
+from pipeline.probes.stored import EXTERNAL, load_external, read_stored, stored_names, write_probe_tables
+from pipeline.probes.templates import TEMPLATES, apply_template, split_template
 from pipeline.storage.store import Store
 
-
-def _wordnet_nouns() -> ProbeSet:
-    from pipeline.probes.wordnet import load_wordnet_nouns
-
-    return load_wordnet_nouns()
-
-
-def _wordnet_pairs() -> ProbeSet:
-    from pipeline.probes.wordnet_pairs import load_wordnet_pairs
-
-    return load_wordnet_pairs()
-
-
-def _reverse_dictionary() -> ProbeSet:
-    from pipeline.probes.retrieval import load_reverse_dictionary
-
-    return load_reverse_dictionary()
-
-
-BUILTIN: dict[str, Callable[[], ProbeSet]] = {
-    "wordnet-nouns": _wordnet_nouns,
-    "wordnet-pairs": _wordnet_pairs,
-    "wordnet-reverse-dictionary": _reverse_dictionary,
-}
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 
 
@@ -47,14 +25,9 @@ def load_probe_set(spec: str, storage_options: dict | None = None, store: Store 
     :mod:`pipeline.probes.templates`); an external set (:data:`pipeline.probes.stored.EXTERNAL`); a set
     stored under ``store``'s root (``normaudit probes add``). A miss suggests the closest names.
     """
-    from pipeline.probes.stored import EXTERNAL, load_external, read_stored, stored_names
-    from pipeline.probes.templates import TEMPLATES, apply_template, split_template
-
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.lower().endswith(FILE_SUFFIXES):
-        from pipeline.probes.files import read_probe_file
-
         stem = posixpath.splitext(posixpath.basename(spec))[0]
         name = re.sub(r"[^A-Za-z0-9._+@-]", "-", stem).strip("-.") or "probes"
         return read_probe_file(spec, name, storage_options)
@@ -77,8 +50,6 @@ def load_probe_set(spec: str, storage_options: dict | None = None, store: Store 
 
 
 def _is_name(spec: str) -> bool:
-    from pipeline.names import check_name
-
     try:
         check_name(spec)
     except ValueError:
@@ -92,28 +63,8 @@ def brings_file(spec: str) -> bool:
     Storing such a set must not replace a stored set of the same name unless the user asks
     (:func:`pipeline.probes.stored.refuse_silent_replace`): two files share a name when they share a stem.
     """
-    from pipeline.probes.templates import split_template
-
     templated = split_template(spec)
     return (templated[0] if templated else spec).lower().endswith(FILE_SUFFIXES)
-
-
-def write_probe_tables(store: Store, ps: ProbeSet) -> None:
-    """Write the probe set's items, properties and relations; unchanged tables are left alone.
-
-    Items get ``text_sha256`` (of each text's UTF-8 bytes), the hash every embedding row of the item
-    must carry (see :mod:`pipeline.storage.shards`), so the invariant can be checked in SQL.
-    """
-    d = store.probes_dir(ps.name)
-    items = ps.items.with_columns(pl.Series("text_sha256", text_sha256(ps.items["text"].to_list()), pl.String))
-    for table, frame in (("items", items), ("properties", ps.properties), ("relations", ps.relations)):
-        arrow = frame.with_columns(pl.lit(ps.name).alias("probe_set")).select(
-            ["probe_set", *frame.columns]
-        ).to_arrow()
-        rel = f"{d}/{table}.parquet"
-        if store.exists(rel) and store.read_table(rel).equals(arrow):
-            continue
-        store.write_table(rel, arrow)
 
 
 __all__ = ["BUILTIN", "ProbeInputError", "ProbeSet", "brings_file", "load_probe_set", "write_probe_tables"]

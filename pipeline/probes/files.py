@@ -21,6 +21,7 @@ import fsspec
 import polars as pl
 
 from pipeline.probes.base import KINDS, MAX_TEXT_CHARS, ProbeInputError, ProbeSet, infer_kind
+from pipeline.probes.frequency import with_zipf
 
 REQUIRED = ("item_id", "text")
 ITEM_COLUMNS = ("item_id", "text", "kind", "lang", "source")
@@ -252,8 +253,6 @@ def read_probe_file(
         for prop, col in properties.items()
     ]
     kwargs = {"properties": pl.concat(frames)} if frames else {}
-    from pipeline.probes.frequency import with_zipf
-
     ps = with_zipf(ProbeSet(name=name, items=items, origin=url, **kwargs))
     if note:
         ps.notes.append(note)

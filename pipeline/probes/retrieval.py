@@ -27,6 +27,7 @@ import polars as pl
 
 from pipeline.probes.base import ProbeInputError, ProbeSet
 from pipeline.probes.files import csv_records, jsonl_records, read_text
+from pipeline.probes.wordnet import PROPERTIES, SOURCE, load_wordnet_nouns
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +178,6 @@ def load_reverse_dictionary() -> ProbeSet:
     with another lemma (synonyms: a query would have several right answers). Documents carry the
     ``wordnet-nouns`` properties (``zipf``, ``min_depth``, ...); queries have none.
     """
-    from pipeline.probes.wordnet import PROPERTIES, SOURCE, load_wordnet_nouns
-
     nouns = load_wordnet_nouns()
     table = pl.read_parquet(nouns.origin, columns=["item_id", "text", "gloss"]).with_columns(
         pl.col("gloss").map_elements(_definition, return_dtype=pl.String).alias("definition")

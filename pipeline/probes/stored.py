@@ -17,33 +17,31 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.probes.base import ITEM_SCHEMA, PROPERTY_SCHEMA, RELATION_SCHEMA, ProbeInputError, ProbeSet
+from pipeline.probes.annotations import read_label_distributions
+from pipeline.probes.base import ITEM_SCHEMA, PROPERTY_SCHEMA, RELATION_SCHEMA, ProbeInputError, ProbeSet, text_sha256
+from pipeline.probes.builtin import BUILTIN
+from pipeline.probes.files import read_probe_file
+from pipeline.probes.ratings import read_rating_norms
+from pipeline.probes.retrieval import read_beir
+from pipeline.probes.templates import split_template
 from pipeline.storage.store import Store
 
 TABLES = {"items": ITEM_SCHEMA, "properties": PROPERTY_SCHEMA, "relations": RELATION_SCHEMA}
 
 
 def _read_table_file(url, name, storage_options=None, **opts):
-    from pipeline.probes.files import read_probe_file
-
     return read_probe_file(url, name, storage_options, **opts)
 
 
 def _read_rating_norms(url, name, storage_options=None, **opts):
-    from pipeline.probes.ratings import read_rating_norms
-
     return read_rating_norms(url, name, storage_options, **opts)
 
 
 def _read_label_counts(url, name, storage_options=None, **opts):
-    from pipeline.probes.annotations import read_label_distributions
-
     return read_label_distributions(url, name, storage_options, **opts)
 
 
 def _read_beir(url, name, storage_options=None, **opts):
-    from pipeline.probes.retrieval import read_beir
-
     return read_beir(url, name, storage_options=storage_options, **opts)
 
 
@@ -177,8 +175,6 @@ def refuse_silent_replace(store: Store, ps: ProbeSet, source: str, replace: bool
     old = read_stored(store, ps.name)
     if old is None or replace or _same(old, ps):
         return
-    from pipeline.probes.templates import split_template
-
     templated = split_template(source) if command == "audit" else None  # FILE@template
     file, base = (templated[0], ps.name.rpartition("@")[0]) if templated else (source, ps.name)
     how = (f"rerun `normaudit audit ... --probes {source} --replace`, or store it by name with "
@@ -202,9 +198,6 @@ def add_probe_set(
     same data is a no-op; different data under a stored name needs ``replace=True``. A replaced text keeps
     its item id but gets a new text hash: the next audit of a release re-embeds it (:mod:`pipeline.storage.shards`).
     """
-    from pipeline.probes import BUILTIN, write_probe_tables
-    from pipeline.probes.templates import split_template
-
     if name in BUILTIN:
         raise ProbeInputError(f"{name!r} is a built-in probe set; choose another name.")
     if split_template(name) is not None:
@@ -234,8 +227,6 @@ def list_probe_sets(store: Store) -> pl.DataFrame:
     Columns: ``probe_set``, ``status``, ``items``, ``kinds``, ``properties``, ``relations`` (counts per kind
     and per relation).
     """
-    from pipeline.probes import BUILTIN
-
     stored = set(stored_names(store))
     rows = [summarize(load(), "built-in" + (", stored" if name in stored else ""))
             for name, load in BUILTIN.items()]
@@ -251,3 +242,21 @@ def list_probe_sets(store: Store) -> pl.DataFrame:
         rows.append(summarize(read_stored(store, name), "stored"))
     return pl.DataFrame(rows, schema={"probe_set": pl.String, "status": pl.String, "items": pl.Int64,
                                       "kinds": pl.String, "properties": pl.String, "relations": pl.String})
+
+
+def write_probe_tables(store: Store, ps: ProbeSet) -> None:
+    """Write the probe set's items, properties and relations; unchanged tables are left alone.
+
+    Items get ``text_sha256`` (of each text's UTF-8 bytes), the hash every embedding row of the item
+    must carry (see :mod:`pipeline.storage.shards`), so the invariant can be checked in SQL.
+    """
+    d = store.probes_dir(ps.name)
+    items = ps.items.with_columns(pl.Series("text_sha256", text_sha256(ps.items["text"].to_list()), pl.String))
+    for table, frame in (("items", items), ("properties", ps.properties), ("relations", ps.relations)):
+        arrow = frame.with_columns(pl.lit(ps.name).alias("probe_set")).select(
+            ["probe_set", *frame.columns]
+        ).to_arrow()
+        rel = f"{d}/{table}.parquet"
+        if store.exists(rel) and store.read_table(rel).equals(arrow):
+            continue
+        store.write_table(rel, arrow)

@@ -66,7 +66,8 @@ class _Synset:
         self.gloss = ""
 
 
-def _require(db_dir: Path, name: str) -> Path:
+def require_file(db_dir: Path, name: str) -> Path:
+    """``db_dir/name``; a missing file raises naming the folder and how to install WordNet."""
     path = db_dir / name
     if not path.is_file():
         raise FileNotFoundError(
@@ -86,7 +87,8 @@ def _data_lines(path: Path):
             yield lineno, line
 
 
-def _parse_data_noun(path: Path) -> dict[int, _Synset]:
+def parse_data_noun(path: Path) -> dict[int, _Synset]:
+    """WordNet's ``data.noun`` as ``synset offset -> synset`` (words, hypernym offsets, gloss)."""
     synsets: dict[int, _Synset] = {}
     for lineno, line in _data_lines(path):
         record, _, gloss = line.partition(" | ")
@@ -214,9 +216,9 @@ def read_wordnet_nouns(db_dir: str | Path) -> pl.DataFrame:
     Raises ``FileNotFoundError`` naming the folder and file when either file is missing.
     """
     db_dir = Path(db_dir)
-    index_path = _require(db_dir, "index.noun")
-    data_path = _require(db_dir, "data.noun")
-    synsets = _parse_data_noun(data_path)
+    index_path = require_file(db_dir, "index.noun")
+    data_path = require_file(db_dir, "data.noun")
+    synsets = parse_data_noun(data_path)
     depth, paths = _depths_and_paths(synsets)
     closure: dict[int, int] = {}
     cols: dict[str, list] = {name: [] for name in _READ_SCHEMA}
@@ -281,7 +283,7 @@ def build_wordnet_nouns(db_dir: str | Path, out_path: str | Path) -> Path:
     from wordfreq import zipf_frequency
 
     db_dir = Path(db_dir)
-    tags = _parse_cntlist(_require(db_dir, "cntlist.rev"))
+    tags = _parse_cntlist(require_file(db_dir, "cntlist.rev"))
     # Filter on any @i, not on is_instance: the five synsets with both @ and @i (Alabama, Isle of Wight,
     # Logrono, Orion, the Enlightenment) are proper names too, and NLTK counts them as instances.
     nouns = read_wordnet_nouns(db_dir).filter(

@@ -26,6 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.probes.base import ProbeSet
+from pipeline.probes.wordnet import load_wordnet_nouns, parse_data_noun, require_file
 
 PROBE_SET_NAME = "wordnet-pairs"
 RELATION = "hypernym_of"
@@ -44,9 +45,7 @@ def build_wordnet_pairs(db_dir: str | Path, nouns_path: str | Path, out_path: st
     Returns:
         ``out_path``.
     """
-    from pipeline.probes.wordnet import _parse_data_noun, _require
-
-    synsets = _parse_data_noun(_require(Path(db_dir), "data.noun"))
+    synsets = parse_data_noun(require_file(Path(db_dir), "data.noun"))
     nouns = pl.read_parquet(nouns_path, columns=["item_id", "synset_offset", "zipf"])
     by_first_sense: dict[int, list[str]] = {}
     for lemma, offset in zip(nouns["item_id"], nouns["synset_offset"], strict=True):
@@ -79,8 +78,6 @@ def _order(pairs: pl.DataFrame, zipf: pl.DataFrame) -> pl.DataFrame:
 
 def load_wordnet_pairs() -> ProbeSet:
     """The shipped ``wordnet-pairs`` probe set (items in pair order, pairs as ``hypernym_of`` relations)."""
-    from pipeline.probes.wordnet import load_wordnet_nouns
-
     nouns = load_wordnet_nouns()
     ref = resources.files("pipeline.data") / DATA_FILE
     with resources.as_file(ref) as path:

@@ -17,6 +17,7 @@ import uuid
 import duckdb
 
 from pipeline.storage.store import Store
+from pipeline.storage.verify import raise_if_corrupt, verify_root
 
 # Column types of each view, used for an empty view when nothing is stored yet.
 SCHEMAS: dict[str, dict[str, str]] = {
@@ -175,12 +176,10 @@ def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
     """
     con = con or connect()
     if not store.is_local:
-        con.register_filesystem(store.fs)
+        con.register_filesystem(store.query_fs)  # DuckDB reads out of reach of Store.retry: see query_fs
     for name, pattern in GLOBS.items():
         _file_view(con, name, [store.url(p) for p in store.glob(pattern)])
     if verify:
-        from pipeline.storage.verify import raise_if_corrupt, verify_root
-
         raise_if_corrupt(store, verify_root(store, verify).problems)
     _embeddings_view(con, store.committed_part_urls())
     return con

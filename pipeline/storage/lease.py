@@ -24,6 +24,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+import psutil
+
 from pipeline.names import check_name
 from pipeline.storage.store import Store
 
@@ -64,8 +66,6 @@ class Lease:
 
 def process_started(pid: int) -> float | None:
     """Start time of a local process, None if there is none; ``inf`` when it cannot be inspected."""
-    import psutil
-
     try:
         return psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:

@@ -24,6 +24,7 @@ import polars as pl
 
 from pipeline import __version__
 from pipeline.storage.catalog import SCHEMAS
+from pipeline.storage.lease import DEFAULT_TTL_S, current_lease, holder_alive, process_started
 from pipeline.storage.store import Store
 
 
@@ -76,8 +77,6 @@ def _marker(run_id: str) -> str:
 def write_run(store: Store, run: RunRecord) -> None:
     """Write (or overwrite) the run's record; keep its liveness marker while it is ``running``."""
     if run.status == "running":  # the marker first: a record that says running always has one
-        from pipeline.storage.lease import process_started
-
         pid = os.getpid()
         store.write_bytes_atomic(_marker(run.run_id), json.dumps({
             "run_id": run.run_id, "model": run.model, "release": run.release, "host": socket.gethostname(),
@@ -90,8 +89,6 @@ def write_run(store: Store, run: RunRecord) -> None:
 
 def run_status(store: Store, run_id: str) -> str | None:
     """The recorded status of a run, None if it has no record."""
-    import polars as pl
-
     try:
         return pl.read_parquet(io.BytesIO(store.read_bytes(f"runs/{run_id}.parquet")))["status"].item()
     except FileNotFoundError:
@@ -115,7 +112,6 @@ class AbandonedRun:
 
 def _why_abandoned(store: Store, holder: dict, now: float) -> str | None:
     """Why the run behind a liveness marker is dead, or None while it may be alive."""
-    from pipeline.storage.lease import DEFAULT_TTL_S, current_lease, holder_alive
 
     if holder["host"] == socket.gethostname():
         if holder_alive(holder["host"], holder["pid"], holder["pid_started"]):
@@ -162,8 +158,6 @@ def sweep_abandoned(store: Store, runs: list[AbandonedRun]) -> None:
     for run in runs:
         rel = f"runs/{run.run_id}.parquet"
         if run.model is not None and run_status(store, run.run_id) == "running":
-            import polars as pl
-
             record = pl.read_parquet(io.BytesIO(store.read_bytes(rel)))
             ended = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             record = record.with_columns(

@@ -26,6 +26,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 
+from pipeline.probes.base import text_sha256
+from pipeline.storage import lease
+from pipeline.storage.shards import committed_item_ids
 from pipeline.storage.store import CorruptPartError, Manifest, Store, sha256_bytes
 
 
@@ -111,8 +114,6 @@ def _sizes(store: Store) -> dict[str, int]:
 
 def probe_text_hashes(store: Store, probe_set: str) -> dict[str, str]:
     """``item_id -> text_sha256`` of a stored probe set's items now (hashed from the text if not stored)."""
-    from pipeline.probes.base import text_sha256
-
     rel = f"{store.probes_dir(probe_set)}/items.parquet"
     if not store.exists(rel):
         return {}
@@ -130,8 +131,6 @@ def verify_texts(store: Store, manifest: Manifest, current: dict[str, str],
     ``current`` maps item ids to their text hashes (:func:`probe_text_hashes`); parts whose shard id is in
     ``skip`` (already reported missing or corrupt) are not read. Reads only the item_id and text_sha256 columns.
     """
-    from pipeline.storage.shards import committed_item_ids
-
     d = _partition(store, manifest)
     live = replace(manifest, parts=[p for p in manifest.parts if p.shard_id not in skip])
     rows_by_shard = committed_item_ids(store, live)
@@ -197,8 +196,6 @@ def repair(store: Store, problems: list[Problem]) -> str:
     shard with the texts of now. Each release is changed under its lease, so a running audit of it is
     never raced.
     """
-    from pipeline.storage import lease
-
     run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     folder = f"quarantine/{run}"
     by_partition: dict[tuple[str, str, str], list[Problem]] = {}

@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.names import check_name
 from pipeline.theory.encoder import TrainConfig
@@ -144,8 +145,6 @@ def load_config(path: str | Path | None) -> LabConfig:
         raise FileNotFoundError(f"lab config {path} does not exist; pass a .yaml or .json file")
     text = path.read_text()
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -161,8 +160,6 @@ def load_config(path: str | Path | None) -> LabConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: the config must be a mapping of keys to values")
-    from pydantic import ValidationError
-
     try:
         return LabConfig.model_validate(raw)
     except ValidationError as exc:

@@ -10,6 +10,7 @@ subsampling destroys the estimate) and handed to a :class:`~pipeline.theory.esti
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -96,8 +97,6 @@ def train(
     ``on_checkpoint(step, model)`` is called after each step listed in ``checkpoint_steps`` (0 = the
     initial model, before any update). Returns a :class:`TrainResult`.
     """
-    import time
-
     import torch
 
     t0 = time.perf_counter()

@@ -25,12 +25,16 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline.analysis.sql import run_query, sql_dir
 from pipeline.settings import Settings
+from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import open_store
 from pipeline.theory.checkpoints import export_checkpoint, release_label
 from pipeline.theory.config import LabConfig
 from pipeline.theory.encoder import TrainConfig
+from pipeline.theory.estimators import spearman
 from pipeline.theory.identity import check_identity
+from pipeline.theory.plots import checkpoint_trends, predicted_vs_observed
 from pipeline.theory.sweep import PROPERTIES, run_pair
 from pipeline.theory.world import World
 
@@ -140,8 +144,6 @@ def save_sweep(settings: Settings, run: LabRun, points: list[tuple[list[dict], p
     ``points`` are :func:`train_point` outputs. Returns the sweep table, the item table and the saved
     checkpoint steps.
     """
-    from pipeline.theory.plots import predicted_vs_observed
-
     store = open_store(settings)
     rows = [row for point in points for row in point[0]]
     items = pl.concat([point[1] for point in points])
@@ -157,8 +159,6 @@ def save_sweep(settings: Settings, run: LabRun, points: list[tuple[list[dict], p
 
 def _ci_fill(con, frame: pl.DataFrame, model: str) -> pl.DataFrame:
     """Fill missing CIs from ``sql/norm_vs_property_ci.sql`` (the bootstrap real audits use), if present."""
-    from pipeline.analysis.sql import run_query, sql_dir
-
     has_ci_sql = (sql_dir() / "norm_vs_property_ci.sql").is_file()
     if frame.height == 0 or frame["ci_low"].null_count() == 0 or not has_ci_sql:
         return frame
@@ -181,11 +181,6 @@ def checkpoint_table(settings: Settings, run: LabRun, items: pl.DataFrame) -> pl
     Writes ``checkpoints.parquet`` and ``checkpoints.png``; the plot's dashed levels are the relations the
     base run's *predicted* norms imply (THEORY.md section 5, item 3).
     """
-    from pipeline.analysis.sql import run_query
-    from pipeline.storage.catalog import open_catalog
-    from pipeline.theory.estimators import spearman
-    from pipeline.theory.plots import checkpoint_trends
-
     store = open_store(settings)
     con = open_catalog(store)
     frame = run_query(con, "theory_checkpoints", model=run.model, probe_set=run.probe_set)
