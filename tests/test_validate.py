@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 
+import great_expectations as gx
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -13,6 +16,7 @@ from pipeline.probes.base import KINDS
 from pipeline.quality import suites as validate
 from pipeline.quality.datadocs import build_data_docs, data_docs_path
 from pipeline.quality.gates import gate_part, gate_probe_set, gate_token_norms
+from pipeline.quality.gx_adapter import GXLayoutError, check_rendered, place_validation_result
 from pipeline.quality.suites import DataValidationError, suite_name, validate_embeddings, validate_token_norms
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
@@ -185,3 +189,26 @@ def test_token_norms_gate_quarantines(tmp_path):
         gate_token_norms(store, t, "m", "r", "run-2")
     assert store.exists("quarantine/run-2/token_norms/m/r/part-0.parquet")
     assert not store.glob("token_norms/**")
+
+
+def test_gx_reads_results_placed_by_the_adapter(tmp_path):
+    """Pins the one undocumented GX detail we use: fails when GX stops reading results where the adapter puts them."""
+    t = pa.table({"model": ["m"], "release": ["r"], "token_id": pa.array([0], pa.int64()), "token": ["a"],
+                  "norm": [1.0]})
+    result = validate_token_norms(t, "m", "r").result
+    context = gx.get_context(mode="file", project_root_dir=str(tmp_path))
+    placed = place_validation_result(str(tmp_path), result, "run-9", dt.datetime(2024, 1, 2, tzinfo=dt.UTC),
+                                     "token_norms__m")
+    assert placed.startswith(str(tmp_path / "gx" / "uncommitted" / "validations"))
+    (index_url,) = context.build_data_docs().values()
+    site = os.path.dirname(index_url.removeprefix("file://"))
+    check_rendered(site, 1)  # raises GXLayoutError if GX rendered no page for the placed result
+    page = os.path.join(site, "validations", *suite_name("token_norms").split("."), "run-9",
+                        "20240102T000000.000000Z", "token_norms__m.html")
+    assert os.path.exists(page), f"GX {gx.__version__} moved its validation pages: see pipeline/quality/gx_adapter.py"
+    with open(os.path.join(site, "index.html")) as fh:
+        assert "token_norms__m" in fh.read()
+    with pytest.raises(GXLayoutError, match="rendered 1 validation page"):
+        check_rendered(site, 2)
+    with pytest.raises(ValueError, match="one non-empty path segment"):
+        place_validation_result(str(tmp_path), result, "run-9", dt.datetime.now(dt.UTC), "a/b")

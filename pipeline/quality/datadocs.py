@@ -3,18 +3,21 @@
 Every validated frame leaves its GX result at ``reports/validation/<run_id>/<key>.json``
 (passed or failed). At the end of a run those results are rendered by GX's own site builder
 into ``reports/data_docs/<run_id>/index.html``; :func:`data_docs_path` is what a report links to.
-The site is built in a local temporary folder and copied through the store, so an ``s3://``
-root gets the same files as a local one.
+The site is built in a File Data Context in a local temporary folder and copied through the
+store, so an ``s3://`` root gets the same files as a local one.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import tempfile
-import uuid
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
-from pipeline.quality.suites import _GX, ValidationReport
+from pipeline.quality.gx_adapter import check_rendered, place_validation_result
+from pipeline.quality.suites import GX_LOCK, ValidationReport, add_suites
 from pipeline.storage.store import Store
 
 VALIDATION_DIR = "reports/validation"
@@ -44,42 +47,33 @@ def build_data_docs(store: Store, run_id: str) -> str | None:
     """Render every stored validation result of ``run_id`` as a GX Data Docs site under the root.
 
     Returns the URL of its ``index.html``, or ``None`` when the run validated nothing.
+
+    Raises:
+        pipeline.quality.gx_adapter.GXLayoutError: the installed GX did not render the results.
     """
     files = store.glob(f"{VALIDATION_DIR}/{run_id}/**/*.json")
     if not files:
         return None
-    g = _GX.get()
-    from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResultSchema
-    from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.resource_identifiers import (
-        ExpectationSuiteIdentifier,
-        ValidationResultIdentifier,
-    )
+    import great_expectations as gx  # lazy: GX takes seconds to import, and only runs that validated get here
 
-    schema = ExpectationSuiteValidationResultSchema()
-    run = RunIdentifier(run_name=run_id)
     prefix = f"{VALIDATION_DIR}/{run_id}/"
-    with g.lock, tempfile.TemporaryDirectory(prefix="normaudit-docs-") as tmp:
-        context = g.fresh_context()
-        site = f"run-{uuid.uuid4().hex[:8]}"
-        context.add_data_docs_site(site, {
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": tmp},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })
+    run_time = dt.datetime.now(dt.UTC)
+    with GX_LOCK, tempfile.TemporaryDirectory(prefix="normaudit-docs-") as tmp:
+        context = gx.get_context(mode="file", project_root_dir=tmp)
+        add_suites(context)  # the site lists the suites the results were validated against
         for rel in files:
-            result = schema.load(json.loads(store.read_bytes(rel)))
-            # GX keys are path segments: a nested key becomes one segment
+            # Data Docs name a result by one path segment: a nested key becomes one segment
             batch = rel[len(prefix):-len(".json")].replace("/", "__")
-            key = ValidationResultIdentifier(ExpectationSuiteIdentifier(name=result.suite_name), run, batch)
-            context.validation_results_store.set(key, result)
-        context.build_data_docs(site_names=[site])
-        for folder, _, names in os.walk(tmp):
+            place_validation_result(tmp, json.loads(store.read_bytes(rel)), run_id, run_time, batch)
+        (index_url,) = context.build_data_docs().values()  # a new File Data Context has one site
+        site = os.path.dirname(url2pathname(urlparse(index_url).path))
+        check_rendered(site, len(files))
+        for folder, _, names in os.walk(site):
             for name in names:
                 if name.endswith(_SKIP_SUFFIXES):
                     continue
                 local = os.path.join(folder, name)
-                rel = os.path.relpath(local, tmp).replace(os.sep, "/")
+                rel = os.path.relpath(local, site).replace(os.sep, "/")
                 with open(local, "rb") as fh:
                     store.write_bytes_atomic(f"{DOCS_DIR}/{run_id}/{rel}", fh.read())
     return data_docs_path(store, run_id)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.quality.datadocs import data_docs_path, save_validation, validation_key
+from pipeline.quality.datadocs import build_data_docs, data_docs_path, save_validation, validation_key
 from pipeline.quality.suites import (
     DataValidationError,
     ValidationReport,
@@ -26,8 +27,11 @@ from pipeline.quality.suites import (
     validate_probe_tables,
     validate_token_norms,
 )
+from pipeline.storage import lease
 from pipeline.storage.parts import PartValidationError, StagedPart, quarantine_part
 from pipeline.storage.store import Manifest, StorageError, Store, sha256_bytes
+
+_log = logging.getLogger(__name__)
 
 
 def gate_part(store: Store, part: StagedPart, expected_ids: list[str], template: Manifest,
@@ -100,8 +104,6 @@ def _quarantine_record(report: ValidationReport) -> dict:
 
 def open_release(store: Store, model: str, release: str, run_id: str) -> None:
     """Take the release's lease before any embedding (raises LeaseHeldError if another run has it)."""
-    from pipeline.storage import lease
-
     lease.acquire(store, model, release, run_id)
 
 
@@ -112,16 +114,10 @@ def close_release(store: Store, model: str, release: str, run_id: str, data_docs
     logged, not raised. An interrupted run skips the docs (``data_docs=False``): the user asked it
     to stop, and the validation results stay under ``reports/validation/<run_id>/``.
     """
-    import logging
-
-    from pipeline.quality.datadocs import build_data_docs
-    from pipeline.storage import lease
-
     try:
         return build_data_docs(store, run_id) if data_docs else None
     except Exception as exc:  # noqa: BLE001 - see docstring
-        logging.getLogger(__name__).warning("Data Docs for run %s were not built: %s: %s", run_id,
-                                            type(exc).__name__, exc)
+        _log.warning("Data Docs for run %s were not built: %s: %s", run_id, type(exc).__name__, exc)
         return None
     finally:
         lease.release(store, model, release, run_id)
