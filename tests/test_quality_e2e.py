@@ -15,6 +15,7 @@ from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import PartValidationError
 from pipeline.storage.store import Store
+from tests.builders import build_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +27,9 @@ POISONED = ["i020", "i021", "i022"]
 @pytest.fixture(scope="module")
 def nan_model_dir(tmp_path_factory):
     """The tiny model with the input embedding row of one token set to NaN."""
+    # lazy: torch and transformers take seconds to import, a cost every collection of the suite would pay
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
-
-    from tests.builders import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("nan-model") / "tiny-nan")
     token_id = AutoTokenizer.from_pretrained(path).convert_tokens_to_ids(POISON)

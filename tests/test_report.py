@@ -10,10 +10,13 @@ import subprocess
 import numpy as np
 import polars as pl
 import pytest
+from PIL import Image
 
+from pipeline.analysis.compare import ALERT_COLUMNS, write_alerts
 from pipeline.analysis.report import render_report
 from pipeline.analysis.report_html import fmt, render, table
 from pipeline.analysis.sql import run_query
+from pipeline.audit.context import AuditContext
 from pipeline.audit.steps import run_analyses
 from pipeline.probes import ProbeSet
 from pipeline.settings import load_settings
@@ -91,7 +94,7 @@ def _audit(store: Store, release: str, day: int, slope: float, status: str = "co
         started_at=dt.datetime(2024, 1, day, tzinfo=dt.UTC),
     )
     write_run(store, run)
-    run_analyses(load_settings(root=store.root_url), "m", release, run.run_id)
+    run_analyses(AuditContext(load_settings(root=store.root_url), "m", release, run.run_id, resolved=None))
     run.status = status
     write_run(store, run)
     return run.run_id
@@ -220,8 +223,6 @@ def test_model_index_of_a_single_release_draws_no_trends(tmp_path):
 
 
 def test_report_shows_alerts_and_links_data_docs(two_releases):
-    from pipeline.analysis.compare import ALERT_COLUMNS, write_alerts
-
     store = two_releases
     alert = {c: None for c in ALERT_COLUMNS} | {
         "run_id": "x",
@@ -301,8 +302,6 @@ def test_report_on_an_s3_root(s3_env):
     shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)"
 )
 def test_report_renders_in_headless_chromium(two_releases, tmp_path):
-    from PIL import Image
-
     render_report(two_releases, "m", "v2")
     shot = tmp_path / "shot.png"
     page = f"file://{two_releases.path('reports/m/v2/index.html')}"

@@ -18,10 +18,11 @@ from pipeline.quality.datadocs import build_data_docs, data_docs_path
 from pipeline.quality.gates import gate_part, gate_probe_set, gate_token_norms
 from pipeline.quality.gx_adapter import GXLayoutError, check_rendered, place_validation_result
 from pipeline.quality.suites import DataValidationError, suite_name, validate_embeddings, validate_token_norms
+from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
 from pipeline.storage.shards import split_shards
-from pipeline.storage.store import Manifest, Store
+from pipeline.storage.store import Manifest, Store, open_store
 from tests.helpers import FakeResult, word_probe_set
 
 DIM = 8
@@ -153,9 +154,6 @@ def _stage(store, ids, vectors, norms, run_id="run-1"):
 @pytest.mark.parametrize("remote", [False, True])
 def test_failed_part_is_quarantined_with_its_result_and_docs_are_built(tmp_path, remote, request):
     if remote:
-        from pipeline.settings import load_settings
-        from pipeline.storage.store import open_store
-
         store = open_store(load_settings(root=request.getfixturevalue("s3_env")))
     else:
         store = Store(str(tmp_path / "root"))
