@@ -5,6 +5,8 @@ reaching S3; dropped before forwarding (the request never happened); dropped aft
 (the request took effect but its response is lost: the hardest case for retries); delayed; or
 forwarded untouched. At most ``max_consecutive`` faults happen in a row, so a client that
 retries a bounded number of times always gets through: a test that loses rows has a real bug.
+:meth:`FaultProxy.force` gives the next requests chosen fates; :meth:`FaultProxy.outage` gives
+every request one fate until it is lifted (``reset`` answers with a TCP reset).
 The proxy listens on 127.0.0.1 only and shuts itself down after ``lifetime_s`` seconds.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import http.client
 import random
+import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -20,7 +24,11 @@ from urllib.parse import urlsplit
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                "proxy-connection", "content-length"}
-_ERRORS = {
+_ERRORS = {  # fate "errorNNN" answers with NNN: the errors a store should retry (5xx) and two it must not
+    403: b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+         b"<Message>Access Denied</Message></Error>",
+    400: b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InvalidArgument</Code>"
+         b"<Message>Invalid Argument</Message></Error>",
     503: b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
          b"<Message>Please reduce your request rate.</Message></Error>",
     500: b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
@@ -45,6 +53,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._consecutive = 0
         self._forced: list[str] = []
+        self._outage: str | None = None
         self._server: ThreadingHTTPServer | None = None
 
     def force(self, fates: list[str]) -> None:
@@ -52,11 +61,19 @@ class FaultProxy:
         with self._lock:
             self._forced.extend(fates)
 
+    def outage(self, fate: str | None) -> None:
+        """Give every request this fate (``error503``, ``reset``, ...) from now on; ``None`` lifts the outage."""
+        with self._lock:
+            self._outage = fate
+
     # ---- decisions
     def decide(self) -> str:
         """The fate of the next request (thread-safe)."""
         with self._lock:
             self.stats["requests"] += 1
+            if self._outage:
+                self.stats[self._outage] += 1
+                return self._outage
             if self._forced:
                 fate = self._forced.pop(0)
                 self.stats[fate] += 1
@@ -132,13 +149,18 @@ class _Handler(BaseHTTPRequestHandler):
         if fate == "drop_before":
             self.close_connection = True
             return
+        if fate == "reset":  # linger 0: close() sends RST, the client reads "connection reset by peer"
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
         if fate.startswith("error"):
             status = int(fate[5:]) if fate[5:] else self.owner.rng.choice([503, 500])
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(_ERRORS[status])))
             self.end_headers()
-            self.wfile.write(_ERRORS[status])
+            if self.command != "HEAD":  # a body after a HEAD answer would garble the connection's next answer
+                self.wfile.write(_ERRORS[status])
             return
         if fate == "slow":
             time.sleep(self.owner.rng.uniform(*self.owner.slow_s))

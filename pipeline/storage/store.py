@@ -3,43 +3,47 @@
 Every path is relative to one root URL (a local folder or ``s3://bucket/prefix``).
 A part becomes visible only when a manifest written after it lists it; a manifest
 is replaced in one atomic step (rename on a local disk, a single PUT on S3).
+On a remote root every operation is retried by :mod:`pipeline.storage.retry`, the one retry owner.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import json
-import logging
 import os
 import posixpath
-import random
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.names import check_name
+from pipeline.storage import retry as retries
+from pipeline.storage.retry import DEFAULT_POLICY, PREFLIGHT_POLICY, RetryPolicy
 
-log = logging.getLogger(__name__)
+T = TypeVar("T")
 MANIFEST = "_manifest.json"
-# Attempts and first delay of the backoff around remote storage calls. s3fs and botocore already retry
-# each request a few times; this outer loop also covers errors they give up on (a dropped connection
-# after their last attempt, a 503 burst) and makes multi-request steps (copy + delete) idempotent.
-RETRY_ATTEMPTS = 6
-RETRY_FIRST_DELAY_S = 0.2
-_TRANSIENT_ERRNOS = {errno.EBUSY, errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
-                     errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", 121)}
+# botocore makes one attempt per request and s3fs one try per call: the store's retry is the only one,
+# so an outage costs a known number of requests (pipeline.storage.retry). botocore's "standard" mode is
+# named so that AWS_RETRY_MODE / AWS_MAX_ATTEMPTS in the environment cannot add attempts below it.
+SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
+# DuckDB reads parts through its own filesystem calls, which the store cannot wrap: that filesystem keeps
+# botocore's standard retries (up to 5 attempts per request, its own jittered back-off capped at 20 s).
+QUERY_ATTEMPTS = {"mode": "standard", "total_max_attempts": 5}
 
 
 class StorageError(RuntimeError):
     """The storage root cannot be used; the message says which root and what to do."""
+
+
+class StorageUnavailableError(StorageError):
+    """A storage operation still failed with transient errors when its retries ran out (an outage)."""
 
 
 class CorruptPartError(StorageError):
@@ -88,13 +92,37 @@ def sha256_bytes(data: bytes) -> str:
 
 
 class Store:
-    """Paths and atomic reads/writes under one storage root."""
+    """Paths and atomic reads/writes under one storage root.
 
-    def __init__(self, root: str, storage_options: dict | None = None):
+    ``retry`` is the policy of every operation on a remote root (:mod:`pipeline.storage.retry`);
+    ``fs`` makes a single attempt per request, so call it through :meth:`retry`.
+    """
+
+    def __init__(self, root: str, storage_options: dict | None = None, retry: RetryPolicy = DEFAULT_POLICY):
         self.root_url = root
-        self.fs, base = fsspec.core.url_to_fs(root, **(storage_options or {}))
+        self.storage_options = dict(storage_options or {})
+        self.retry_policy = retry
+        self.fs, base = _open_fs(root, self.storage_options, SINGLE_ATTEMPT)
         self.base = base.rstrip("/")
         self.is_local = "file" in _protocols(self.fs)
+        self._query_fs = None
+
+    def __reduce__(self):
+        # rebuilt from its arguments where it lands (a Dask worker): the filesystem's single-attempt
+        # setting is an attribute fsspec's own pickling would not carry
+        return (Store, (self.root_url, self.storage_options, self.retry_policy))
+
+    @property
+    def query_fs(self):
+        """The filesystem DuckDB reads through: the store's own on a local root, else one with botocore retries.
+
+        DuckDB makes its range requests itself, out of reach of :meth:`retry`; see ``QUERY_ATTEMPTS``.
+        """
+        if self.is_local:
+            return self.fs
+        if self._query_fs is None:
+            self._query_fs = _open_fs(self.root_url, self.storage_options, QUERY_ATTEMPTS)[0]
+        return self._query_fs
 
     # ---------- paths ----------
     def url(self, *parts: str) -> str:
@@ -124,9 +152,9 @@ class Store:
         """Fail fast, before any embedding work, when the root cannot be written."""
         probe = self.path(f".write-check-{uuid.uuid4().hex}")
         try:
-            self.fs.makedirs(self.base, exist_ok=True)
-            self.fs.pipe_file(probe, b"ok")
-            self.fs.rm_file(probe)
+            self.retry(lambda: self.fs.makedirs(self.base, exist_ok=True), "create the root", PREFLIGHT_POLICY)
+            self.retry(lambda: self.fs.pipe_file(probe, b"ok"), "write a test file", PREFLIGHT_POLICY)
+            self.retry(lambda: self.fs.rm_file(probe), "remove the test file", PREFLIGHT_POLICY)
         except Exception as exc:  # noqa: BLE001 - any backend error means the same thing to the user
             raise StorageError(
                 f"cannot write to storage root {self.root_url!r}: {type(exc).__name__}: {exc}. "
@@ -135,23 +163,24 @@ class Store:
             ) from exc
 
     # ---------- retries ----------
-    def retry(self, fn: Callable, what: str):
-        """Call ``fn()``; on a remote root retry transient errors with exponential backoff and jitter."""
+    def retry(self, fn: Callable[[], T], what: str, policy: RetryPolicy | None = None) -> T:
+        """Return ``fn()``; on a remote root, retry its transient errors (:func:`pipeline.storage.retry.call`).
+
+        A local root calls ``fn`` once: a local disk has no transient errors worth waiting for.
+        Errors that are not transient (a missing file, a refused permission) are raised unchanged;
+        when the retries run out, :class:`StorageUnavailableError` names the operation and what to do.
+        """
         if self.is_local:
             return fn()
-        delay = RETRY_FIRST_DELAY_S
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            try:
-                return fn()
-            except Exception as exc:  # noqa: BLE001 - classified just below
-                if attempt == RETRY_ATTEMPTS or not _transient(exc):
-                    raise
-                log.warning("storage: %s failed (%s), retry %d of %d", what, type(exc).__name__, attempt,
-                            RETRY_ATTEMPTS - 1)
-                # jitter: many workers retrying in step would hit a throttled endpoint together again
-                time.sleep(delay * random.uniform(0.5, 1.5))
-                delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return retries.call(fn, what, policy or self.retry_policy)
+        except retries.GaveUp as gave_up:
+            raise StorageUnavailableError(
+                f"storage {self.root_url!r} did not answer: {what} failed {gave_up.attempts} times in "
+                f"{gave_up.elapsed_s:.0f} s (last error: {retries.describe(gave_up.last)}). The endpoint is down, "
+                "throttling or unreachable: check it (and --s3-endpoint-url / AWS_ENDPOINT_URL), then run the "
+                "same command again (an audit keeps what it committed and redoes only the rest)."
+            ) from gave_up.last
 
     # ---------- bytes ----------
     def exists(self, rel: str) -> bool:
@@ -277,17 +306,16 @@ class Store:
         return urls
 
 
-def _transient(exc: BaseException) -> bool:
-    """Worth retrying: connection and server-side errors, never a missing key or a refused permission."""
-    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
-                        NotADirectoryError)):
-        return False
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, OSError):
-        return exc.errno in _TRANSIENT_ERRNOS or exc.errno is None
-    # botocore/aiohttp transport errors that s3fs lets through once its own retries are spent
-    return type(exc).__module__.split(".")[0] in {"botocore", "aiobotocore", "aiohttp", "urllib3"}
+def _open_fs(root: str, options: dict, botocore_retries: dict):
+    """The filesystem of ``root``; on S3 with ``botocore_retries`` below and one try per s3fs call."""
+    if not root.startswith(("s3://", "s3a://")):
+        return fsspec.core.url_to_fs(root, **options)
+    config = {**options.get("config_kwargs", {}), "retries": botocore_retries}
+    fs, base = fsspec.core.url_to_fs(root, **{**options, "config_kwargs": config})
+    # s3fs's own loop (5 tries of some errors, nested twice on reads) is a class attribute its maintainers
+    # document as the knob; set on this instance only (fsspec caches it per distinct options: ours alone)
+    fs.retries = 1
+    return fs, base
 
 
 def _protocols(fs) -> tuple[str, ...]:
