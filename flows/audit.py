@@ -1,9 +1,9 @@
-"""Audit flows: wiring only; every step lives in ``pipeline`` and is wrapped in flows/tasks.py.
+"""Audit flows: wiring only. Every step is a plain function of :mod:`pipeline.audit.steps`, declared as a
+Prefect task once, here, beside the flows that run it.
 
 ``audit_release`` reads like DESIGN.md's "flow of one audit": resolve the model,
 register the run, embed the probe sets on Dask (``embed_probes``), run the SQL
-analyses (``run_analyses``), compare with the previous release
-(``compare_releases``), render the report, and fail loudly on a regression.
+analyses, compare with the previous release, render the report, and fail loudly on a regression.
 """
 
 from __future__ import annotations
@@ -14,22 +14,48 @@ import time
 from dataclasses import dataclass, field
 
 import dask
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
 from prefect.futures import as_completed
+from prefect.runtime import flow_run
 
-from flows import tasks
 from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
 from flows.runners import api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
+from flows.timings import Timing, recorded_timings
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
-from pipeline.audit.steps import embedding_params, manifest_template
+from pipeline.audit import steps
+from pipeline.audit.context import AuditContext
 from pipeline.progress import reporter
 from pipeline.quality.suites import warm_gates
-from pipeline.settings import Settings, load_settings
-from pipeline.storage.runs import RunRecord, new_run_id, run_status
+from pipeline.settings import Settings, flow_settings
+from pipeline.storage.runs import RunRecord, new_run_id, run_status, write_run
 from pipeline.storage.store import open_store
 
 # How an audit that stopped early is recorded in ``runs``.
 INTERRUPTED, FAILED = "interrupted", "failed"
+
+
+def _task(fn, name: str | None = None, **options):
+    # cache_policy=NONE: each step commits its own results to storage, and its inputs (the settings) must
+    # never be hashed or persisted. No retries here for storage: the store retries transient errors itself.
+    return task(fn, name=name or fn.__name__, cache_policy=NONE, **options)
+
+
+resolve_model = _task(steps.resolve, "resolve_model")
+register_run = _task(write_run, "register_run")
+sweep_abandoned_runs = _task(steps.sweep_abandoned_runs)
+open_release = _task(steps.open_release)
+load_probes = _task(steps.load_and_store_probes, "load_probes")
+plan_shards = _task(steps.plan_shards)
+compute_token_norms = _task(steps.compute_token_norms)
+embed_shard = _task(steps.embed_shard)
+validate_and_commit = _task(steps.validate_and_commit)
+commit_token_norms = _task(steps.commit_token_norms)
+run_analyses = _task(steps.run_analyses)
+compare_with_previous = _task(steps.compare_with_previous)
+clean_staging = _task(steps.clean_staging)
+close_release = _task(steps.close_release)
+render_report = _task(steps.render_report)
 
 
 @dataclass
@@ -41,54 +67,43 @@ class AuditSummary:
     release: str
     fingerprint: str
     root: str
+    flow_run_id: str | None = None  # the ``audit_release`` flow run, whose records hold the timings
     embedded_items: dict = field(default_factory=dict)
     skipped_shards: dict = field(default_factory=dict)
     results: object = None
     alerts: object = None
     previous_release: str | None = None
     report: str | None = None
-    timings: dict = field(default_factory=dict)
-
-
-def _add(timings: dict, more: dict) -> None:
-    for k, v in more.items():
-        timings[k] = timings.get(k, 0.0) + v
+    timings: dict[str, Timing] = field(default_factory=dict)  # filled by run_audit(timings=True)
 
 
 @flow(name="embed_probes")
-def embed_probes(
-    model: str, probes: list[str], release: str, run_id: str, resolved, limit: int | None = None,
-    overrides: dict | None = None, replace: bool = False,
-) -> dict:
+def embed_probes(ctx: AuditContext, probes: list[str], limit: int | None = None, replace: bool = False) -> dict:
     """Embed probe sets shard by shard on the Dask task runner; commit each shard as it validates."""
     log = get_run_logger()
-    settings = load_settings(**(overrides or {}))
-    out = {"embedded": {}, "skipped": {}, "timings": {}}
+    out = {"embedded": {}, "skipped": {}}
     with gpu_annotation():
         # submitted first, so an idle worker loads the model and computes these while the probe sets load
         # here; at a lower priority, so a worker that joins later takes the first shard before them
         with dask.annotate(priority=-1):
-            token_norms = tasks.compute_token_norms.submit(settings, resolved, model, release)
+            token_norms = compute_token_norms.submit(ctx)
         for spec in probes:
-            ps = tasks.load_probes(settings, spec, run_id, replace)
-            todo, skipped = tasks.plan_shards(settings, ps, model, release, resolved, limit)
+            ps = load_probes(ctx.settings, spec, ctx.run_id, replace)
+            todo, skipped = plan_shards(ctx, ps, limit)
             out["skipped"][ps.name] = skipped
             log.info("%s: %d shards to embed, %d already committed", ps.name, len(todo), skipped)
-            template = manifest_template(model, release, ps.name, resolved, settings)
-            futures = {tasks.embed_shard.submit(settings, resolved, model, release, s, run_id): s for s in todo}
+            template = steps.manifest_template(ctx, ps.name)
+            futures = {embed_shard.submit(ctx, s): s for s in todo}
             progress = reporter()
             progress.start(ps.name, len(todo), sum(s.size for s in todo))
             embedded = 0
             for fut in as_completed(list(futures)):
-                part = _shard_result(fut, futures[fut])
-                rows, seconds = tasks.validate_and_commit(settings, part, futures[fut], template, run_id)
-                _add(out["timings"], part.timings | {"storage": part.timings["storage"] + seconds["storage"],
-                                                      "validation": seconds["validation"]})
+                rows = validate_and_commit(ctx, _shard_result(fut, futures[fut]), futures[fut], template)
                 embedded += rows
                 progress.advance(rows)
             progress.finish()
             out["embedded"][ps.name] = embedded
-    tasks.commit_token_norms(settings, token_norms.result(), model, release, run_id)
+    commit_token_norms(ctx, token_norms.result())
     return out
 
 
@@ -110,36 +125,22 @@ def _shard_result(fut, shard):
         ) from exc
 
 
-@flow(name="run_analyses")
-def analyses_flow(model: str, release: str, run_id: str, overrides: dict | None = None):
-    """Run the SQL analyses over committed data and store their results."""
-    return tasks.run_analyses(load_settings(**(overrides or {})), model, release, run_id)
-
-
-@flow(name="compare_releases")
-def compare_flow(model: str, release: str, run_id: str, thresholds: dict | None = None,
-                 overrides: dict | None = None):
-    """Compare the run's statistics with the previous release; store and return alerts."""
-    settings = load_settings(**(overrides or {}))
-    return tasks.compare_with_previous(settings, model, release, run_id, AlertThresholds(**(thresholds or {})))
-
-
 @flow(name="audit_release")
 def audit_release(
     model: str,
     probes: list[str],
     release: str | None = None,
     limit: int | None = None,
-    overrides: dict | None = None,
+    settings: Settings | None = None,
     name: str | None = None,
-    thresholds: dict | None = None,
+    thresholds: AlertThresholds | None = None,
     replace: bool = False,
     run_id: str | None = None,
 ) -> AuditSummary:
     """Audit one model release end to end; fail the run when a statistic regressed past its threshold.
 
-    ``overrides`` are non-secret settings (root, batch sizes, ...); credentials are read from
-    the environment by :mod:`pipeline.settings` and never pass through flow parameters.
+    ``settings`` (default: from the environment) are recorded by Prefect without credentials, which
+    are read from the environment of the process that runs the flow (:func:`pipeline.settings.flow_settings`).
     ``name`` labels the model in storage (default: the registry name or directory name).
     ``replace`` lets a probe file replace a stored probe set of the same name (else that is refused).
     ``run_id`` (default: a new one) lets the caller clean up after the run if it is interrupted.
@@ -148,43 +149,32 @@ def audit_release(
     lease is released, its end is recorded and its uncommitted staging is removed, and no
     second signal can cut that short (:func:`flows.interrupts.shielded`).
     """
-    settings = load_settings(**(overrides or {}))
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
+    settings = flow_settings(settings)
     open_store(settings).check_writable()
-    resolved = tasks.resolve_model(model)
-    timings["resolve_model"] = time.perf_counter() - t
-    model_name = name or resolved.spec.name
-    release = release or resolved.fingerprint[:12]
+    resolved = resolve_model(model)
+    ctx = AuditContext(settings, name or resolved.spec.name, release or resolved.fingerprint[:12],
+                       run_id or new_run_id(), resolved)
     run = RunRecord(
-        run_id=run_id or new_run_id(), model=model_name, release=release, fingerprint=resolved.fingerprint,
+        run_id=ctx.run_id, model=ctx.model, release=ctx.release, fingerprint=resolved.fingerprint,
         probe_set=",".join(probes),
-        params={**embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
+        params={**steps.embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
                 "batch_tokens": settings.batch_tokens, "device": settings.device},
     )
-    summary = AuditSummary(run.run_id, model_name, release, resolved.fingerprint, open_store(settings).root_url)
+    summary = AuditSummary(ctx.run_id, ctx.model, ctx.release, resolved.fingerprint, ctx.store.root_url,
+                           flow_run_id=flow_run.id)
     try:
         # inside: an interrupt while the record is written (its liveness marker first) is recorded too
-        tasks.register_run(settings, run)
-        for abandoned in tasks.sweep_abandoned_runs(settings):  # runs a SIGKILL or a crash ended unrecorded
+        register_run(ctx.store, run)
+        for abandoned in sweep_abandoned_runs(ctx.store):  # runs a SIGKILL or a crash ended unrecorded
             get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
-        tasks.open_release(settings, model_name, release, run.run_id)  # one audit per release at a time
-        t = time.perf_counter()
-        embedded = embed_probes.with_options(task_runner=dask_runner(settings))(
-            model_name, probes, release, run.run_id, resolved, limit, overrides, replace)
+        open_release(ctx)  # one audit per release at a time
+        embedded = embed_probes.with_options(task_runner=dask_runner(settings))(ctx, probes, limit, replace)
         summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
-        _add(timings, embedded["timings"])
-        timings["embed_flow_total"] = time.perf_counter() - t
-        t = time.perf_counter()
-        # tasks here rather than the standalone subflows: a subflow costs about a second of API calls
-        summary.results = tasks.run_analyses(settings, model_name, release, run.run_id)
-        timings["analyses"] = time.perf_counter() - t
-        t = time.perf_counter()
-        summary.previous_release, summary.alerts = tasks.compare_with_previous(
-            settings, model_name, release, run.run_id, AlertThresholds(**(thresholds or {})))
-        timings["compare"] = time.perf_counter() - t
+        # tasks rather than subflows: a subflow costs about a second of API calls
+        summary.results = run_analyses(ctx)
+        summary.previous_release, summary.alerts = compare_with_previous(ctx, thresholds or AlertThresholds())
         run.status = "alerted" if summary.alerts.height else "completed"
-        tasks.clean_staging(settings, run.run_id)
+        clean_staging(ctx)
     except BaseException as exc:
         if is_interrupt(exc) and api_lost():  # stopped by the API watch of flows.runners.prefect_api
             run.status, run.message = INTERRUPTED, f"stopped: {api_lost()}"
@@ -195,14 +185,11 @@ def audit_release(
         raise
     finally:
         with shielded():  # a second Ctrl-C waits for this: the lease and the run's end are always recorded
-            _record_end(settings, model_name, release, run, timings)
-    t = time.perf_counter()
-    summary.report = tasks.render_report(settings, model_name, release)  # after the run record: it shows it
-    timings["report"] = time.perf_counter() - t
-    summary.timings = timings
+            _record_end(ctx, run)
+    summary.report = render_report(ctx)  # after the run record: it shows it
     if summary.alerts.height:
         exc = ReleaseRegression(
-            f"{summary.alerts.height} statistic(s) of {model_name} moved past their threshold since release "
+            f"{summary.alerts.height} statistic(s) of {ctx.model} moved past their threshold since release "
             f"{summary.previous_release}: " + "; ".join(summary.alerts["message"].to_list()[:5])
         )
         exc.summary = summary  # the audit itself is committed; callers may still show it
@@ -218,7 +205,7 @@ def _signal_name(exc: BaseException) -> str:
     return interrupt_signal() or (str(exc) if isinstance(exc, KeyboardInterrupt) else "") or "SIGINT (Ctrl-C)"
 
 
-def _record_end(settings: Settings, model: str, release: str, run: RunRecord, timings: dict) -> None:
+def _record_end(ctx: AuditContext, run: RunRecord) -> None:
     """Give the lease back (Data Docs built), drop uncommitted staging, and record how the run ended.
 
     After an interrupt the plain functions run, not tasks: the stop must not wait on the Prefect API
@@ -227,36 +214,57 @@ def _record_end(settings: Settings, model: str, release: str, run: RunRecord, ti
     interrupted = run.status == INTERRUPTED
     step = (lambda t: t.fn) if interrupted else (lambda t: t)
     if run.status in (FAILED, INTERRUPTED):  # parts never committed are never used: a rerun embeds them again
-        step(tasks.clean_staging)(settings, run.run_id)
-    step(tasks.close_release)(settings, model, release, run.run_id, data_docs=not interrupted)
-    run.finished_at, run.timings = dt.datetime.now(dt.UTC), timings
-    step(tasks.register_run)(settings, run)
+        step(clean_staging)(ctx)
+    step(close_release)(ctx, data_docs=not interrupted)
+    run.finished_at = dt.datetime.now(dt.UTC)
+    if run.status not in (FAILED, INTERRUPTED):
+        run.timings = _task_seconds()
+    step(register_run)(ctx.store, run)
+
+
+def _task_seconds() -> dict[str, float]:
+    """Seconds per task of this flow run so far, as Prefect recorded them: the run record's ``timings``,
+    which outlive a temporary API."""
+    try:
+        recorded = recorded_timings(flow_run.id, settle_s=1.0)
+    except Exception as exc:  # noqa: BLE001 - informational: it must never keep the run's end from being recorded
+        get_run_logger().warning("the run's task timings could not be read from Prefect: %s", exc)
+        return {}
+    # the flow's own total is finished_at - started_at
+    return {k: t.seconds for k, t in recorded.items() if not k.startswith("flow ")}
 
 
 def run_audit(settings: Settings, model: str, probes: list[str], release: str | None = None,
-              limit: int | None = None, overrides: dict | None = None, name: str | None = None,
-              thresholds: dict | None = None, replace: bool = False) -> AuditSummary:
+              limit: int | None = None, name: str | None = None, thresholds: AlertThresholds | None = None,
+              replace: bool = False, timings: bool = False) -> AuditSummary:
     """Run :func:`audit_release` in this process against one Prefect API (started here if needed).
 
     The local Dask cluster (when no scheduler address is set) starts while the API boots.
     Ctrl-C or SIGTERM ends it with :class:`~flows.interrupts.Interrupted` once the run has
-    recorded its end and the local workers are stopped.
+    recorded its end and the local workers are stopped. With ``timings`` the summary's ``timings``
+    hold the start-up phases measured here and the seconds per task that Prefect recorded for the run
+    (read before a temporary API stops).
     """
-    overrides = dict(overrides or {})
     run_id = new_run_id()
     t = time.perf_counter()
     try:
         with early_local_cluster(settings) as scheduler_address, prefect_api(while_booting=warm_gates):
-            api_start = time.perf_counter() - t
-            overrides["dask_address"] = scheduler_address()
-            cluster_wait = time.perf_counter() - t - api_start
-            summary = audit_release(model=model, probes=probes, release=release, limit=limit, overrides=overrides,
-                                    name=name, thresholds=thresholds, replace=replace, run_id=run_id)
+            phases = {"api_start": Timing(1, time.perf_counter() - t)}
+            settings = settings.model_copy(update={"dask_address": scheduler_address()})
+            phases["cluster_start_after_api"] = Timing(1, time.perf_counter() - t - phases["api_start"].seconds)
+            try:
+                summary = audit_release(model=model, probes=probes, release=release, limit=limit, settings=settings,
+                                        name=name, thresholds=thresholds, replace=replace, run_id=run_id)
+            except ReleaseRegression as exc:
+                if timings:
+                    exc.summary.timings = {**phases, **recorded_timings(exc.summary.flow_run_id)}
+                raise
+            if timings:
+                summary.timings = {**phases, **recorded_timings(summary.flow_run_id)}
     except BaseException as exc:
         if not is_interrupt(exc):
             raise
         raise _interrupted(settings, run_id) from exc
-    summary.timings = {"api_start": api_start, "cluster_start_after_api": cluster_wait, **summary.timings}
     return summary
 
 

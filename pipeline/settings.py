@@ -1,6 +1,8 @@
 """Settings: the only module that reads the environment.
 
-Every other module receives a :class:`Settings` (or plain values taken from it).
+Every other module receives a :class:`Settings` (or plain values taken from it). A flow takes them as a
+parameter, which Prefect records: the credentials are left out of every dump, and the flow completes what
+it received from its own environment (:func:`flow_settings`).
 Environment variables use the ``NORMAUDIT_`` prefix, except the S3 endpoint and
 credentials, which use the standard AWS names so that existing tooling works.
 """
@@ -23,11 +25,13 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = Field(
         None, validation_alias=AliasChoices("s3_endpoint_url", "NORMAUDIT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
     )
+    # exclude: never in a dump, so never in a Prefect flow parameter (Prefect records those), not even masked
     aws_access_key_id: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("aws_access_key_id", "AWS_ACCESS_KEY_ID"), repr=False
+        None, validation_alias=AliasChoices("aws_access_key_id", "AWS_ACCESS_KEY_ID"), repr=False, exclude=True
     )
     aws_secret_access_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"), repr=False
+        None, validation_alias=AliasChoices("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"), repr=False,
+        exclude=True,
     )
     aws_region: str | None = Field(
         None, validation_alias=AliasChoices("aws_region", "AWS_DEFAULT_REGION", "AWS_REGION")
@@ -78,3 +82,21 @@ class Settings(BaseSettings):
 def load_settings(**overrides) -> Settings:
     """Settings from the environment, with explicit (non-None) overrides from flags."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+SECRET_FIELDS = ("aws_access_key_id", "aws_secret_access_key")
+
+
+def flow_settings(settings: Settings | None = None) -> Settings:
+    """The settings a flow runs with: the fields its caller gave, over this process's environment.
+
+    A flow's ``settings`` parameter never carries credentials when it was recorded (a deployment's
+    parameters, a flow run started again): they are excluded from dumps, and Prefect validates a
+    deployment's JSON into :class:`Settings` without reading the environment. So the flow reads them
+    here, where it runs, as :func:`load_settings` does. Credentials the caller's object holds are kept.
+    """
+    if settings is None:
+        return load_settings()
+    given = settings.model_dump(exclude_unset=True)
+    given.update({k: getattr(settings, k) for k in SECRET_FIELDS if getattr(settings, k) is not None})
+    return load_settings(**given)

@@ -35,8 +35,7 @@ def probe_file(tmp_path_factory):
 
 def _audit(root, model_dir, probe_file, **kw):
     settings = load_settings(root=root, shard_size=16)
-    return run_audit(settings, str(model_dir), [probe_file], release="r1",
-                     overrides={"root": root, "shard_size": 16}, **kw)
+    return run_audit(settings, str(model_dir), [probe_file], release="r1", **kw)
 
 
 @pytest.fixture(scope="module")

@@ -93,10 +93,9 @@ def test_external_scheduler_gives_same_results_as_local(tmp_path, tiny_model_dir
     local_root, remote_root = str(tmp_path / "local"), str(tmp_path / "remote")
     common = {"shard_size": 32}
     local = run_audit(load_settings(root=local_root, **common), str(tiny_model_dir), [words_csv],
-                      release="r", overrides={"root": local_root, **common})
+                      release="r")
     remote_settings = load_settings(root=remote_root, dask_address=external_cluster, **common)
-    remote = run_audit(remote_settings, str(tiny_model_dir), [words_csv], release="r",
-                       overrides={"root": remote_root, "dask_address": external_cluster, **common})
+    remote = run_audit(remote_settings, str(tiny_model_dir), [words_csv], release="r")
     assert remote.embedded_items == local.embedded_items == {"words": 240}
     # eight shards over two workers, yet each worker process loaded the model once
     from distributed import Client
@@ -143,8 +142,7 @@ def test_interrupted_audit_resumes_with_only_the_missing_shards(tmp_path, tiny_m
     committed = store.read_manifest("tiny", "r", "words")
     done_rows = sum(p.rows for p in committed.parts)
     assert 0 < done_rows < 240
-    summary = run_audit(load_settings(root=root, shard_size=8), str(tiny_model_dir), [words_csv], release="r",
-                        overrides={"root": root, "shard_size": 8})
+    summary = run_audit(load_settings(root=root, shard_size=8), str(tiny_model_dir), [words_csv], release="r")
     assert summary.embedded_items == {"words": 240 - done_rows}
     assert summary.skipped_shards == {"words": len(committed.parts)}
     con = open_catalog(store)
@@ -160,8 +158,7 @@ def test_embedding_tasks_need_a_gpu_when_workers_declare_gpus(tmp_path, tiny_mod
     overrides = {"root": root, "dask_address": gpu_labelled_cluster, "shard_size": 16}
     with Client(gpu_labelled_cluster) as client:
         client.get_task_stream()  # installs the scheduler's task-stream record from here on
-        summary = run_audit(load_settings(**overrides), str(tiny_model_dir), [words_csv], release="r",
-                            overrides=overrides)
+        summary = run_audit(load_settings(**overrides), str(tiny_model_dir), [words_csv], release="r")
         stream = client.get_task_stream()
         names = {addr: w["name"] for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
     assert summary.embedded_items == {"words": 240}

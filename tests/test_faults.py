@@ -58,7 +58,7 @@ def expected_norms(tiny_model_dir, probe_file):
 
 def _audit(root, model_dir, probe_file, **extra):
     overrides = {"root": root, "shard_size": SHARD, **extra}
-    return run_audit(load_settings(**overrides), str(model_dir), [probe_file], release="r1", overrides=overrides)
+    return run_audit(load_settings(**overrides), str(model_dir), [probe_file], release="r1")
 
 
 def _assert_nothing_lost(store: Store, expected_norms: dict) -> None:

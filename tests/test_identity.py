@@ -89,7 +89,7 @@ def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 def _audit(root: str, model_dir: Path, probes: list[str], **kw):
     overrides = {"root": root, "shard_size": SHARD}
-    return run_audit(load_settings(**overrides), str(model_dir), probes, release="r1", overrides=overrides, **kw)
+    return run_audit(load_settings(**overrides), str(model_dir), probes, release="r1", **kw)
 
 
 def _assert_only_first_shard_replaced(before: dict, after: dict) -> None:
@@ -323,6 +323,7 @@ def test_a_changed_text_is_pending_is_hidden_and_is_stale_until_reembedded(tmp_p
 
 
 def test_limit_after_a_text_change_embeds_the_whole_shard(tmp_path, tiny_model_dir):
+    from pipeline.audit.context import AuditContext
     from pipeline.audit.steps import plan_shards
     from pipeline.embedding.models import get_spec, resolve_model
 
@@ -334,10 +335,11 @@ def test_limit_after_a_text_change_embeds_the_whole_shard(tmp_path, tiny_model_d
         ps.properties)
     settings = load_settings(root=store.root_url, shard_size=SHARD)
     resolved = resolve_model(get_spec(str(tiny_model_dir)))
-    todo, done = plan_shards(settings, changed, "m", "r", resolved, limit=5)
+    ctx = AuditContext(settings, "m", "r", "run", resolved)
+    todo, done = plan_shards(ctx, changed, limit=5)
     # a 5-item part could replace only some rows of the committed 8-item part: the whole shard is embedded
     assert [(s.start, s.size) for s in todo] == [(0, SHARD)] and done == 0
-    assert plan_shards(settings, ps, "m", "r", resolved, limit=5) == ([], 1)  # unchanged: nothing to do
+    assert plan_shards(ctx, ps, limit=5) == ([], 1)  # unchanged: nothing to do
 
 
 def test_python_and_duckdb_text_hashes_agree():

@@ -236,8 +236,7 @@ def test_the_next_audit_of_any_release_sweeps_abandoned_runs(tmp_path, tiny_mode
     probes = tmp_path / "few.csv"
     pl.DataFrame({"item_id": ["a", "b", "c", "d"], "text": ["dog", "cat", "tree", "river"],
                   "zipf": [3.0, 4.0, 5.0, 6.0]}).write_csv(probes)
-    run_audit(load_settings(root=root), str(tiny_model_dir), [str(probes)], release="other",
-              overrides={"root": root})
+    run_audit(load_settings(root=root), str(tiny_model_dir), [str(probes)], release="other")
     store = Store(root)
     assert run_status(store, "dead-run") == "abandoned"
     assert not store.exists("staging/dead-run") and store.glob("staging/*") == []

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 from wordfreq import zipf_frequency
 
+from pipeline.audit.context import AuditContext
 from pipeline.audit.steps import plan_shards
 from pipeline.cli.main import app
 from pipeline.probes import load_probe_set
@@ -145,7 +146,8 @@ def test_template_is_in_the_name_the_text_and_the_shard_hash(tmp_path):
     assert ps.properties.equals(bare.properties)
     settings = load_settings(root=str(tmp_path), shard_size=8)
     resolved = SimpleNamespace(fingerprint="f" * 64, spec=SimpleNamespace(pooling="mean"), max_length=32)
-    ids = {p.name: [s.shard_id for s in plan_shards(settings, p, "m", "r", resolved, 16)[0]] for p in (bare, ps)}
+    ctx = AuditContext(settings, "m", "r", "run", resolved)
+    ids = {p.name: [s.shard_id for s in plan_shards(ctx, p, 16)[0]] for p in (bare, ps)}
     assert len(ids[bare.name]) == 2 and not set(ids[bare.name]) & set(ids[ps.name])
 
 

@@ -49,8 +49,7 @@ def audited(tmp_path_factory, tiny_model_dir, prefect_api):
         out = runner.invoke(app, ["probes", "add", *args, "--root", root])
         assert out.exit_code == 0, out.output
     settings = load_settings(root=root, shard_size=16)
-    summary = run_audit(settings, str(tiny_model_dir), SETS, release="r1", limit=LIMIT,
-                        overrides={"root": root, "shard_size": 16})
+    summary = run_audit(settings, str(tiny_model_dir), SETS, release="r1", limit=LIMIT)
     return root, summary
 
 

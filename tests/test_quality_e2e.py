@@ -51,7 +51,7 @@ def test_nan_items_are_quarantined_and_named(tmp_path, nan_model_dir, prefect_ap
     overrides = {"root": root, "shard_size": 16}
 
     with pytest.raises(PartValidationError) as err:
-        run_audit(load_settings(**overrides), str(nan_model_dir), [str(probes)], release="r1", overrides=overrides)
+        run_audit(load_settings(**overrides), str(nan_model_dir), [str(probes)], release="r1")
     msg = str(err.value)
     assert "expect_column_values_to_not_be_null(norm) failed for 3 rows" in msg, msg
     assert "vector_finite" in msg and all(f"'{i}'" in msg for i in POISONED)

@@ -111,7 +111,7 @@ def test_credentials_never_reach_storage_logs_or_prefect(tmp_path, s3_server, mo
     overrides = {"root": root, "shard_size": 8}
     settings = load_settings(**overrides)
     assert settings.aws_secret_access_key.get_secret_value() == secret  # the run really used them
-    summary = run_audit(settings, str(tiny_model_dir), [str(probes)], release="r1", overrides=overrides)
+    summary = run_audit(settings, str(tiny_model_dir), [str(probes)], release="r1")
     assert summary.embedded_items == {"secrets-probe": 20}
 
     needles = [key_id, secret]

@@ -1,24 +1,33 @@
-"""The audit's steps as plain functions: flows/tasks.py wraps each as a Prefect task.
+"""The audit's steps as plain functions; flows/audit.py declares each as a Prefect task.
 
-Each step does one thing and takes explicit inputs (settings, resolved model,
-shard), so it can run in the flow process or on any Dask worker.
+Each step does one thing and takes the audit's :class:`~pipeline.audit.context.AuditContext` plus its
+own inputs (a probe set, a shard), so it can run in the flow process or on any Dask worker.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import polars as pl
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
-from pipeline.probes import ProbeSet, load_probe_set, write_probe_tables
+from pipeline.analysis.compare import AlertThresholds, compare_runs, previous_release, release_history, write_alerts
+from pipeline.audit.context import AuditContext
+from pipeline.audit.watch import WatchedModel, discover_releases
+from pipeline.embedding.embed import get_embedder
+from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
+from pipeline.probes import ProbeSet, brings_file, load_probe_set, write_probe_tables
+from pipeline.probes.base import KINDS
+from pipeline.probes.frequency import token_properties
+from pipeline.probes.stored import refuse_silent_replace
+from pipeline.quality import gates
 from pipeline.settings import Settings
+from pipeline.storage import lease
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import StagedPart, commit_part, embeddings_table, stage_part
-from pipeline.storage.runs import write_results
+from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_results
 from pipeline.storage.shards import Shard, committed_item_ids, pending_shards, split_shards
-from pipeline.storage.store import Manifest, open_store
+from pipeline.storage.store import Manifest, Store, open_store
+from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
 
 def embedding_params(resolved, settings: Settings) -> dict:
@@ -30,11 +39,18 @@ def embedding_params(resolved, settings: Settings) -> dict:
     }
 
 
-def manifest_template(model: str, release: str, probe_set: str, resolved, settings: Settings) -> Manifest:
+def manifest_template(ctx: AuditContext, probe_set: str) -> Manifest:
+    """The manifest every committed part of ``probe_set`` in this audit is checked against."""
     return Manifest(
-        model=model, release=release, probe_set=probe_set, fingerprint=resolved.fingerprint,
-        params=embedding_params(resolved, settings), dim=resolved.dim, vector_dtype=settings.vector_dtype,
+        model=ctx.model, release=ctx.release, probe_set=probe_set, fingerprint=ctx.resolved.fingerprint,
+        params=embedding_params(ctx.resolved, ctx.settings), dim=ctx.resolved.dim,
+        vector_dtype=ctx.settings.vector_dtype,
     )
+
+
+def resolve(model: str) -> ResolvedModel:
+    """Resolve a model name, directory or hub id to local weights with their fingerprint."""
+    return resolve_model(get_spec(model))
 
 
 def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = None,
@@ -44,38 +60,28 @@ def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = No
     A probe file whose set name is already stored with other data is refused unless ``replace``
     (:func:`pipeline.probes.stored.refuse_silent_replace`); sets named by the user are read from the store.
     """
-    from pipeline.probes import brings_file
-    from pipeline.probes.base import KINDS
-    from pipeline.probes.stored import refuse_silent_replace
-    from pipeline.quality.gates import gate_probe_set
-
     store = open_store(settings)
     ps = load_probe_set(spec, settings.storage_options(), store=store)
     if brings_file(spec):
         refuse_silent_replace(store, ps, spec, replace)
-    gate_probe_set(store, ps, KINDS, run_id)  # GX suites, before anything is written
+    gates.gate_probe_set(store, ps, KINDS, run_id)  # GX suites, before anything is written
     write_probe_tables(store, ps)
     return ps
 
 
-def plan_shards(
-    settings: Settings, ps: ProbeSet, model: str, release: str, resolved, limit: int | None
-) -> tuple[list[Shard], int]:
+def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[list[Shard], int]:
     """Shards of the first ``limit`` items still to embed, and how many shards were already committed.
 
     A shard is done only when every item is committed with its current text (item_id and text_sha256,
     :func:`pipeline.storage.shards.pending_shards`); a changed text is embedded again and its new part replaces
     the old one when it commits.
     """
-    store = open_store(settings)
-    params = {**embedding_params(resolved, settings), **ps.shard_params()}
-    full = split_shards(ps.name, ps.items, resolved.fingerprint, params, settings.shard_size)
-    shards = full if limit is None else split_shards(ps.name, ps.items.head(limit), resolved.fingerprint, params,
-                                                     settings.shard_size)
-    manifest = store.read_manifest(model, release, ps.name)
+    store, resolved, size = ctx.store, ctx.resolved, ctx.settings.shard_size
+    params = {**embedding_params(resolved, ctx.settings), **ps.shard_params()}
+    full = split_shards(ps.name, ps.items, resolved.fingerprint, params, size)
+    shards = full if limit is None else split_shards(ps.name, ps.items.head(limit), resolved.fingerprint, params, size)
+    manifest = store.read_manifest(ctx.model, ctx.release, ps.name)
     if manifest is not None:  # trust committed parts only after checking their bytes (sha256)
-        from pipeline.storage.verify import raise_if_corrupt, verify_manifest
-
         raise_if_corrupt(store, verify_manifest(store, manifest))
     committed = committed_item_ids(store, manifest)
     todo = pending_shards(shards, committed)
@@ -89,61 +95,38 @@ def plan_shards(
     return todo, len(shards) - len(todo)
 
 
-def embed_shard(settings: Settings, resolved, model: str, release: str, shard: Shard, run_id: str) -> StagedPart:
+def _embedder(ctx: AuditContext):
+    s = ctx.settings
+    return get_embedder(ctx.resolved, device=s.device, threads=s.torch_threads(), batch_tokens=s.batch_tokens,
+                        max_batch_size=s.max_batch_size)
+
+
+def embed_shard(ctx: AuditContext, shard: Shard) -> StagedPart:
     """Embed one shard with the worker's cached model and write it to staging."""
-    from pipeline.embedding.embed import get_embedder
-
-    t0 = time.perf_counter()
-    embedder = get_embedder(
-        resolved, device=settings.device, threads=settings.torch_threads(),
-        batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
-    )
-    t1 = time.perf_counter()
-    result = embedder.embed(shard.texts)
-    t2 = time.perf_counter()
-    table = embeddings_table(model, release, shard, result, settings.vector_dtype)
-    part = stage_part(open_store(settings), run_id, model, release, shard, table)
-    part.timings = {"model_load": t1 - t0, "embedding": t2 - t1, "storage": time.perf_counter() - t2}
-    return part
+    result = _embedder(ctx).embed(shard.texts)
+    table = embeddings_table(ctx.model, ctx.release, shard, result, ctx.settings.vector_dtype)
+    return stage_part(ctx.store, ctx.run_id, ctx.model, ctx.release, shard, table)
 
 
-def validate_and_commit(
-    settings: Settings, part: StagedPart, shard: Shard, template: Manifest, run_id: str
-) -> tuple[int, dict]:
-    """Check a staged part; commit it, or quarantine it and raise naming what failed.
-
-    Returns the committed row count and the seconds spent validating and committing.
-    """
-    store = open_store(settings)
-    t0 = time.perf_counter()
-    from pipeline.quality.gates import gate_part
-    from pipeline.storage import lease
-
+def validate_and_commit(ctx: AuditContext, part: StagedPart, shard: Shard, template: Manifest) -> int:
+    """Check a staged part; commit it, or quarantine it and raise naming what failed. Returns the rows committed."""
     # GX suite, including the shard's text hashes; quarantines and raises on failure
-    gate_part(store, part, shard.item_ids, template, run_id, shard.text_sha256)
-    t1 = time.perf_counter()
-    lease.ensure(store, part.model, part.release, run_id)  # one writer per release (pipeline/storage/lease.py)
-    commit_part(store, part, template)
-    return part.rows, {"validation": t1 - t0, "storage": time.perf_counter() - t1}
+    gates.gate_part(ctx.store, part, shard.item_ids, template, ctx.run_id, shard.text_sha256)
+    lease.ensure(ctx.store, part.model, part.release, ctx.run_id)  # one writer per release (pipeline/storage/lease.py)
+    commit_part(ctx.store, part, template)
+    return part.rows
 
 
-def compute_token_norms(settings: Settings, resolved, model: str, release: str) -> dict | None:
+def compute_token_norms(ctx: AuditContext) -> dict | None:
     """Norms of the input token-embedding table and the tokens' zipf, on a worker.
 
     Returns ``{"norms", "properties"}`` frames for :func:`commit_token_norms`, or None when
     the release's token norms are already stored (they are computed once per release).
     """
-    from pipeline.embedding.embed import get_embedder
-    from pipeline.probes.frequency import token_properties
-
-    store = open_store(settings)
+    store, model, release = ctx.store, ctx.model, ctx.release
     if store.exists(f"{store.token_norms_dir(model, release)}/part-0.parquet"):
         return None
-    embedder = get_embedder(
-        resolved, device=settings.device, threads=settings.torch_threads(),
-        batch_tokens=settings.batch_tokens, max_batch_size=settings.max_batch_size,
-    )
-    tn = embedder.token_norms()
+    tn = _embedder(ctx).token_norms()
     norms = pl.DataFrame({
         "model": model, "release": release,
         "token_id": np.asarray(tn.token_ids, dtype=np.int64), "token": list(tn.tokens),
@@ -153,18 +136,15 @@ def compute_token_norms(settings: Settings, resolved, model: str, release: str) 
     return {"norms": norms, "properties": props}
 
 
-def commit_token_norms(settings: Settings, computed: dict | None, model: str, release: str,
-                       run_id: str | None = None) -> int:
+def commit_token_norms(ctx: AuditContext, computed: dict | None) -> int:
     """Gate the token norms (GX, in the flow process) and write them; returns rows written (0 if present)."""
-    from pipeline.quality.gates import gate_token_norms
-
-    store = open_store(settings)
+    store, model, release = ctx.store, ctx.model, ctx.release
     d = store.token_norms_dir(model, release)
     if computed is None:
         write_token_properties(store, model, release)  # roots written before token_properties existed
         return 0
     frame = computed["norms"]
-    gate_token_norms(store, frame.to_arrow(), model, release, run_id)  # GX suite before anything is written
+    gates.gate_token_norms(store, frame.to_arrow(), model, release, ctx.run_id)  # GX suite before anything is written
     if not store.exists(f"{d}/properties.parquet"):
         store.write_table(f"{d}/properties.parquet", computed["properties"].to_arrow())
     # last: part-0 marks the release's tokens done
@@ -172,10 +152,8 @@ def commit_token_norms(settings: Settings, computed: dict | None, model: str, re
     return rows
 
 
-def write_token_properties(store, model: str, release: str, norms: pl.DataFrame | None = None) -> int:
+def write_token_properties(store: Store, model: str, release: str, norms: pl.DataFrame | None = None) -> int:
     """Zipf of the whole-word tokens, beside token_norms (view ``token_properties``); 0 if present."""
-    from pipeline.probes.frequency import token_properties
-
     d = store.token_norms_dir(model, release)
     if store.exists(f"{d}/properties.parquet"):
         return 0
@@ -186,49 +164,64 @@ def write_token_properties(store, model: str, release: str, norms: pl.DataFrame 
     return rows
 
 
-def run_analyses(settings: Settings, model: str, release: str, run_id: str) -> pl.DataFrame:
+def run_analyses(ctx: AuditContext) -> pl.DataFrame:
     """Run the audit's SQL analyses over committed data and store their ``results`` rows."""
-    store = open_store(settings)
-    con = open_catalog(store)
+    con = open_catalog(ctx.store)
     frames = []
     try:
         for name in AUDIT_ANALYSES:
-            res = run_analysis(con, name, model, release, run_id)
+            res = run_analysis(con, name, ctx.model, ctx.release, ctx.run_id)
             if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
-                write_results(store, run_id, name, res)
+                write_results(ctx.store, ctx.run_id, name, res)
                 frames.append(res)
     finally:
         con.close()  # the catalog keeps the memory it freed until it closes (pipeline.storage.catalog.connect)
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def compare_with_previous(settings: Settings, model: str, release: str, run_id: str, thresholds):
+def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
     """Alerts for statistics that moved past their threshold since the previous release; stores them.
 
     Returns ``(previous_release or None, alerts frame)``.
     """
-    from pipeline.analysis.compare import compare_runs, previous_release, write_alerts
-
-    store = open_store(settings)
-    con = open_catalog(store)
-    previous = previous_release(con, model, release)
-    _, alerts = compare_runs(con, model, release, run_id, previous, thresholds)
-    write_alerts(store, run_id, alerts)
+    con = open_catalog(ctx.store)
+    previous = previous_release(con, ctx.model, ctx.release)
+    _, alerts = compare_runs(con, ctx.model, ctx.release, ctx.run_id, previous, thresholds)
+    write_alerts(ctx.store, ctx.run_id, alerts)
     return (previous[0] if previous else None), alerts
 
 
-def find_new_releases(settings: Settings, watched) -> list[tuple[str, str]]:
-    """Releases of a watched model that no finished audit covers yet."""
-    from pipeline.analysis.compare import release_history
-    from pipeline.audit.watch import discover_releases
+def open_release(ctx: AuditContext) -> None:
+    """Take the release's lease: one audit of a model release at a time."""
+    gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id)
 
+
+def close_release(ctx: AuditContext, data_docs: bool = True) -> str | None:
+    """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
+    return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, data_docs)
+
+
+def clean_staging(ctx: AuditContext) -> None:
+    """Remove the run's staging folder: empty once every shard is committed, useless once the run ended."""
+    ctx.store.rm(f"staging/{ctx.run_id}", recursive=True)
+
+
+def sweep_abandoned_runs(store: Store) -> list[str]:
+    """Record runs whose process is gone as ``abandoned`` and remove the staging no live run owns."""
+    found = find_abandoned(store)
+    sweep_abandoned(store, found)
+    return [r.describe() for r in found]
+
+
+def find_new_releases(settings: Settings, watched: WatchedModel) -> list[tuple[str, str]]:
+    """Releases of a watched model that no finished audit covers yet."""
     hist = release_history(open_catalog(open_store(settings)), watched.name)
     audited = set(hist["fingerprint"].to_list()) | set(hist["release"].to_list())
     return discover_releases(watched, audited)
 
 
-def render_report(settings: Settings, model: str, release: str) -> str:
+def render_report(ctx: AuditContext) -> str:
     """Render the release's HTML report and the model's cross-release index; returns the report's URL."""
-    from pipeline.analysis.report import render_report as render
+    from pipeline.analysis.report import render_report as render  # matplotlib: seconds to import
 
-    return render(open_store(settings), model, release)
+    return render(ctx.store, ctx.model, ctx.release)

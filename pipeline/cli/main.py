@@ -104,16 +104,11 @@ def audit(
 
     from pipeline.settings import load_settings
 
-    overrides = {
-        "root": root, "dask_address": dask_address, "n_workers": workers, "device": device,
-        "vector_dtype": vector_dtype, "s3_endpoint_url": s3_endpoint_url,
-    }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
     try:
-        settings = load_settings(**overrides)
+        settings = load_settings(root=root, dask_address=dask_address, n_workers=workers, device=device,
+                                 vector_dtype=vector_dtype, s3_endpoint_url=s3_endpoint_url)
     except ValidationError as exc:
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
-    overrides["root"] = settings.root
     from pipeline.names import check_name
     from pipeline.storage.store import StorageError, open_store
 
@@ -144,8 +139,8 @@ def audit(
 
     try:
         with use_progress(RichProgress()):
-            summary = run_audit(settings, model, probes, release=release, limit=limit, overrides=overrides,
-                                name=name, replace=replace)
+            summary = run_audit(settings, model, probes, release=release, limit=limit, name=name, replace=replace,
+                                timings=timings)
     except ReleaseRegression as exc:
         _print_summary(exc.summary, timings)
         _fail(str(exc), code=3)
@@ -181,12 +176,13 @@ def _print_summary(summary, timings: bool = False) -> None:
             console.print(f"[bold red]alert[/]: {msg}")
     elif summary.previous_release:
         console.print(f"compared with release {summary.previous_release}: no statistic moved past its threshold")
-    if timings:
-        t = Table(title="timings (s)")
+    if timings:  # start-up phases, then what Prefect recorded: the run's total and each task's runs
+        t = Table(title="timings: start-up, then Prefect's record of the run (seconds running, summed over runs)")
         t.add_column("step")
+        t.add_column("runs", justify="right")
         t.add_column("seconds", justify="right")
         for k, v in summary.timings.items():
-            t.add_row(k, f"{v:.2f}")
+            t.add_row(k, str(v.runs), f"{v.seconds:.2f}")
         console.print(t)
     console.print(f"run {summary.run_id}; fingerprint {summary.fingerprint[:16]}…")
     console.print(f"data: {summary.root}")

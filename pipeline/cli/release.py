@@ -72,4 +72,4 @@ def serve(
         raise typer.Exit(1) from exc
     settings = load_settings(root=root or cfg.root)
     typer.echo(f"serving {len(cfg.watch)} deployment(s) of watch_releases; results in {settings.root}")
-    prefect_serve(*deployments(cfg, overrides={"root": settings.root}))
+    prefect_serve(*deployments(cfg, settings.root))
