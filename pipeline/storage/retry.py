@@ -15,9 +15,13 @@ Default policy (:data:`DEFAULT_POLICY`), per operation:
   ends the operation instead.
 
 Worst case per operation: 10 attempts, and 60 s plus the length of one attempt. One S3 request is
-bounded by s3fs's connect timeout (5 s) and read timeout (15 s between bytes); one attempt is one
-request for most operations (read, write, exists, list page) and up to four for a move
-(HEAD + copy + delete, and a HEAD again when a lost answer has to be checked).
+bounded by s3fs's connect timeout (5 s) and read timeout (15 s between bytes). One attempt is the
+requests of one s3fs call, measured against moto: a write 1 (PUT), an exists 1 (HEAD), a read 2
+(HEAD + GET), a listing 1 per page, a move 3 or 4 (listing, HEAD, copy, DELETE); in an outage an
+attempt stops at its first failed request. aiohttp sends an idempotent request once more when its connection drops
+before an answer (a client-session behaviour with no public switch), so under connection resets one
+request may reach the server twice: at most 20 requests reach S3 for a write or an exists in an outage,
+10 when the outage answers 5xx (both counted in ``tests/test_retry.py``).
 
 Transient, so retried (exception *types*, plus the status or error code S3 answered):
 timeouts (``TimeoutError``, which ``asyncio.TimeoutError`` is; botocore ``ReadTimeoutError``,
@@ -32,6 +36,9 @@ by s3fs (``s3fs.errors.translate_boto_error`` turns it into an ``OSError`` whose
 
 Never retried: a missing object or bucket, a refused permission, an object that already exists, bad input,
 a certificate failure, any other 4xx answer, and any error the list above does not name.
+
+One path is out of the store's reach: DuckDB reads committed parts through a filesystem of its own
+(``Store.query_fs``), whose requests keep botocore's standard retries (at most 5 attempts each).
 """
 
 from __future__ import annotations
