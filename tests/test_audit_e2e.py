@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -136,3 +143,25 @@ def test_cli_sql_formats(local_run, tmp_path):
     assert out.exit_code == 2 and "read-only" in out.output
     con = open_catalog(open_store(load_settings(root=root)))
     assert con.execute("select count(*) from embeddings").fetchall()[0][0] == 60
+
+
+def test_cli_timings_come_from_prefects_records_of_the_run(tmp_path, tiny_model_dir, probe_file):
+    root = str(tmp_path / "root")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the CLI starts its own API
+    env.update(NORMAUDIT_SHARD_SIZE="16", COLUMNS="200")
+    cli = Path(sys.executable).parent / "normaudit"
+    out = subprocess.run([str(cli), "audit", "--model", str(tiny_model_dir), "--probes", probe_file, "--root", root,
+                          "--timings"], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = re.compile(r"[│|] (\S+(?: \S+)?)\s+[│|]\s+(\d+) [│|]\s+([\d.]+) [│|]")  # step, runs, seconds
+    rows = {m[1]: (int(m[2]), float(m[3])) for m in row.finditer(out.stdout)}
+    assert {"api_start", "cluster_start_after_api"} <= set(rows), out.stdout  # measured before the flow
+    # what Prefect recorded: 60 items in shards of 16 are 4 task runs of each per-shard step, each of which ran
+    assert rows["embed_shard"][0] == rows["validate_and_commit"][0] == 4, out.stdout
+    for step in ("flow audit_release", "embed_probes", "embed_shard", "validate_and_commit", "run_analyses",
+                 "render_report"):
+        assert rows[step][1] > 0, (step, out.stdout)
+    # the run record keeps the per-task seconds (the temporary API that held them is gone)
+    recorded = open_catalog(open_store(load_settings(root=root))).execute("select timings from runs").fetchall()
+    seconds = json.loads(recorded[0][0])
+    assert seconds["embed_shard"] > 0 and seconds["run_analyses"] > 0 and "render_report" not in seconds
