@@ -1,4 +1,8 @@
-"""CLI commands for release tracking: ``normaudit compare`` and ``normaudit serve``."""
+"""CLI commands for release tracking: ``normaudit compare`` and ``normaudit serve``.
+
+Imports stay inside the commands, as in :mod:`pipeline.cli.main`: loading the CLI must not pay for Prefect,
+DuckDB or rich (seconds on a small machine) before any command runs.
+"""
 
 from __future__ import annotations
 

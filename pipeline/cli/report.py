@@ -1,4 +1,7 @@
-"""CLI command ``normaudit report``: render a release's HTML report from stored results."""
+"""CLI command ``normaudit report``: render a release's HTML report from stored results.
+
+Imports stay inside the command: the report's plots load matplotlib (seconds), which no other command needs.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """``normaudit verify``: check committed parts against their manifests and their rows against the probe
-items' texts, optionally quarantine the bad ones."""
+items' texts, optionally quarantine the bad ones.
+
+Imports stay inside the command, as in :mod:`pipeline.cli.main`: loading the CLI stays cheap for every command.
+"""
 
 from __future__ import annotations
 

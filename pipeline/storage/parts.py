@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,6 @@ class StagedPart:
     staged: str  # path relative to the root
     rows: int
     sha256: str
-    timings: dict = field(default_factory=dict)  # seconds: model_load, embedding, storage
 
 
 class PartValidationError(ValueError):
