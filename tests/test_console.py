@@ -1,9 +1,12 @@
-"""What the terminal shows when an audit fails on bad data: one ``error:`` line that says where the details are."""
+"""What the terminal shows: the progress, warnings and the summary by default, Prefect's per-task lines with
+``--verbose``, no link to a server that is gone, and one ``error:`` line when an audit fails on bad data."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp, TaskRunFilter, TaskRunFilterId
+from prefect.settings import PREFECT_API_URL
 
 from flows.console import FailureRecordsFilter
 
@@ -73,3 +79,80 @@ def test_a_nan_weight_failure_prints_one_error_line_and_no_traceback(tmp_path, n
     assert len(errors) == 1, errors
     assert "quarantined in" in errors[0] and "The GX result is next to the part" in errors[0]  # where to look
     assert "Traceback" not in console and "PartValidationError" not in console
+
+
+# What the CLI sets for its run; a value in the test's own environment would be kept and change what is tested.
+_CONSOLE_SETTINGS = ("PREFECT_API_URL", "PREFECT_UI_URL", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL",
+                     "PREFECT_LOGGING_LEVEL", "DASK_DISTRIBUTED__DASHBOARD__LINK")
+_INFO_LINE = re.compile(r"\|\s*INFO\s*\|")
+_WORDS = ["dog", "cat", "tree", "river", "stone", "bread", "horse", "bird", "apple", "table", "chair", "window"]
+
+
+@pytest.fixture(scope="module")
+def small_probes(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("console") / "words.csv"
+    pl.DataFrame({"item_id": [f"i{i:03d}" for i in range(48)],
+                  "text": [_WORDS[i % 12] + " " + _WORDS[(i * 5) % 12] for i in range(48)],
+                  "zipf": np.linspace(1, 7, 48)}).write_csv(path)
+    return path
+
+
+def _audit(tmp_path: Path, model: Path, probes: Path, *extra: str, api_url: str | None = None):
+    """The installed CLI on a root with a left-over staging folder: the run logs a warning when it sweeps it."""
+    root = tmp_path / "root"
+    (root / "staging" / "old-run").mkdir(parents=True)
+    (root / "staging" / "old-run" / "part.parquet").write_bytes(b"left over")
+    env = {k: v for k, v in os.environ.items() if k not in _CONSOLE_SETTINGS}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), NORMAUDIT_SHARD_SIZE="16")
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    out = subprocess.run([str(BIN / "normaudit"), "audit", "--model", str(model), "--probes", str(probes),
+                          "--root", str(root), *extra], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout + out.stderr
+
+
+def _assert_no_link_to_a_gone_server(console: str) -> None:
+    assert "View at" not in console  # the temporary API has no UI and stops with the command
+    assert "http://127.0.0.1" not in console and "http://localhost" not in console  # nor the local scheduler's
+
+
+@pytest.mark.slow
+def test_an_audit_prints_warnings_and_the_summary_but_no_info_lines(tmp_path, tiny_model_dir, small_probes):
+    console = _audit(tmp_path, tiny_model_dir, small_probes)
+    assert "words: embedded 48 items" in console and "query it: normaudit sql" in console
+    warnings = [line for line in console.splitlines() if "WARNING" in line]
+    assert any("abandoned run old-run" in line for line in warnings), console  # a warning still shows
+    info = [line for line in console.splitlines() if _INFO_LINE.search(line)]
+    assert info == [], info
+    for noise in ("Finished in state", "great_expectations", "distributed.", "prefect.task_runner"):
+        assert noise not in console, noise
+    _assert_no_link_to_a_gone_server(console)
+
+
+@pytest.mark.slow
+def test_verbose_prints_the_per_task_lines_and_still_no_link_to_the_temporary_api(
+        tmp_path, tiny_model_dir, small_probes):
+    console = _audit(tmp_path, tiny_model_dir, small_probes, "--verbose")
+    finished = [line for line in console.splitlines() if "Finished in state Completed()" in line]
+    assert any("Task run 'register_run-" in line for line in finished), console  # a task of the CLI process
+    assert any("Task run 'embed_shard-" in line for line in finished), console  # a task of a Dask worker process
+    assert "abandoned run old-run" in console and "words: embedded 48 items" in console
+    _assert_no_link_to_a_gone_server(console)
+
+
+@pytest.mark.slow
+def test_a_quiet_console_leaves_the_per_task_lines_in_the_prefect_run_logs(
+        tmp_path, tiny_model_dir, small_probes, prefect_api):
+    """Against a running API (the test harness's server, named by PREFECT_API_URL), read back with the client."""
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    console = _audit(tmp_path, tiny_model_dir, small_probes, api_url=PREFECT_API_URL.value())
+    assert "Finished in state" not in console and not _INFO_LINE.search(console)
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(timestamp=LogFilterTimestamp(after_=started)), limit=200)
+        done = {log.task_run_id for log in logs
+                if log.task_run_id is not None and log.message.startswith("Finished in state Completed()")}
+        runs = client.read_task_runs(task_run_filter=TaskRunFilter(id=TaskRunFilterId(any_=list(done))))
+    names = {run.name.rsplit("-", 1)[0] for run in runs}
+    assert {"register_run", "open_release", "embed_shard", "render_report"} <= names, names
+    assert any("abandoned run old-run" in log.message and log.level == logging.WARNING for log in logs)
