@@ -143,6 +143,13 @@ def test_service_answers_are_judged_by_status_and_code_as_sent_or_as_s3fs_transl
     raw = _client_error(code, status)
     assert is_transient(raw) is transient
     assert is_transient(translate_boto_error(raw)) is transient  # OSError / PermissionError / FileNotFoundError
+    try:  # as s3fs's info and listings raise it: translated without a cause, inside the ClientError's handler
+        try:
+            raise raw
+        except boto.ClientError as exc:
+            raise translate_boto_error(exc, set_cause=False)  # noqa: B904 - s3fs's own way, reproduced
+    except Exception as translated:
+        assert translated.__cause__ is None and is_transient(translated) is transient
 
 
 @pytest.mark.parametrize(("exc", "transient"), [

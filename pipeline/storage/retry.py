@@ -173,9 +173,11 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _client_error(exc: BaseException) -> Any:
-    """The botocore ``ClientError`` behind ``exc`` (itself, or the cause s3fs translated), else None."""
+    """The botocore ``ClientError`` behind ``exc`` (itself, or the one s3fs translated), else None."""
     client_error = _transport_types()["client"]
-    for candidate in (exc, exc.__cause__):
+    # s3fs sets the translated error's __cause__, except where it translates with set_cause=False inside
+    # ``except ClientError`` (its info/listing calls): then the ClientError is the implicit __context__
+    for candidate in (exc, exc.__cause__, exc.__context__ if isinstance(exc, OSError) else None):
         if isinstance(candidate, client_error):
             return candidate
     return None
