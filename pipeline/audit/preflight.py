@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenizers import Tokenizer
+
 from pipeline.embedding.models import ResolvedModel, get_spec, model_dir, resolve_model, transformer_dir
 
 if TYPE_CHECKING:  # polars and the probe readers load only after the model spec has been checked
@@ -61,8 +63,6 @@ def _vocabulary(path: str | Path) -> _Vocabulary | None:
             break
     else:
         return None
-    from tokenizers import Tokenizer
-
     text = file.read_text(encoding="utf-8")
     model = json.loads(text).get("model", {})
     tok = Tokenizer.from_str(text)
@@ -133,6 +133,7 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         ProbeInputError: a probe set is unknown or invalid, a probe file would silently replace a stored
             set, or every text of a set is the unknown token.
     """
+    # here: polars and the probe readers take seconds to import, and a typo in the model spec fails first
     from pipeline.probes import brings_file, load_probe_set
     from pipeline.probes.base import ProbeInputError
     from pipeline.probes.stored import refuse_silent_replace
@@ -173,7 +174,7 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
 
 
 def _shipped(spec: str) -> bool:
-    from pipeline.probes import BUILTIN
+    from pipeline.probes import BUILTIN  # here: seconds of polars, as in check_audit_inputs
     from pipeline.probes.templates import split_template
 
     templated = split_template(spec)
