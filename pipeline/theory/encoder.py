@@ -55,7 +55,7 @@ class TrainConfig(BaseModel):
 
 def build_model(cfg: TrainConfig, n_items: int):
     """A float64 :class:`~pipeline.theory.models.Table` or :class:`~pipeline.theory.models.Encoder`."""
-    from pipeline.theory.models import Encoder, Table
+    from pipeline.theory.models import Encoder, Table  # lazy: they subclass torch.nn.Module (torch import)
 
     if cfg.kind == "table":
         return Table(n_items, cfg.dim, cfg.init_scale)
