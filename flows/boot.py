@@ -2,12 +2,13 @@
 
 **The API.** A temporary Prefect API for one CLI run, started before Prefect is even imported.
 
-Prefect's own temporary server (``SubprocessASGIServer``) is started only after
-``prefect.server`` has been imported in the calling process: seconds of imports,
-then seconds of server boot, one after the other. Here the server process is
-spawned first, the same way Prefect spawns it (uvicorn over
-``prefect.server.api.server:create_app`` with the ephemeral flags), and the
-caller imports flows, Great Expectations and the rest while it boots.
+It is ``prefect server start`` (Prefect's documented command) in a child process on a free
+loopback port, configured through Prefect's public settings: no UI, no telemetry, and only
+the server services a run needs (the task run recorder; no scheduler, late-run, automation
+or event-storage services). The caller imports flows, Great Expectations and the rest while
+it boots. Its database is Prefect's own (``PREFECT_HOME``), as with Prefect's temporary
+server: the runs stay listed there afterwards. For repeated local use, start one server with
+``prefect server start`` and set ``PREFECT_API_URL``: then nothing is started here.
 
 **The cluster.** The local cluster's scheduler starts on a background thread at once; its
 worker processes join when they have imported torch and transformers, and tasks queue on
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import logging
 import multiprocessing
 import os
@@ -40,33 +40,39 @@ _STARTUP_TIMEOUT_S = 120.0
 NO_WORKERS_TIMEOUT = "120s"
 
 
+# Prefect's public settings (environment variables) of the temporary server.
+SERVER_SETTINGS = {
+    "PREFECT_SERVER_UI_ENABLED": "false",  # nobody can open it: it is gone when the command ends
+    # no telemetry: this machine may have no route out, and the server would log errors
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # Runs, task runs, states and logs are recorded as ever (the task run recorder stays on); the raw
+    # event stream is not stored: nothing reads it once a temporary API is gone, and its SQLite writes
+    # held up the run's own API calls by up to 2 s (a subflow's creation, measured).
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+    # Services for deployments, schedules, work pools and automations, which a CLI run has none of (Prefect's
+    # own temporary server does not run them either): each would poll the database while the run writes to it.
+    **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
+        "SCHEDULER", "LATE_RUNS", "FOREMAN", "CANCELLATION_CLEANUP", "PAUSE_EXPIRATIONS", "REPOSSESSOR",
+        "CLEANUP_RECONCILER", "TRIGGERS")},
+    "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",  # its warnings are not the run's; errors still reach stderr
+    "PREFECT_CLI_PROMPT": "false",  # `prefect server start` may otherwise offer to edit the user's profiles
+}
+
+
 class TemporaryAPI:
-    """One Prefect API server process on a free loopback port; stopped at interpreter exit."""
+    """One ``prefect server start`` process on a free loopback port; stopped at interpreter exit."""
 
     def __init__(self):
-        prefect_dir = importlib.util.find_spec("prefect").submodule_search_locations[0]
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = {
-            **os.environ,
-            "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
-            # no telemetry: this machine may have no route out, and the server would log errors
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            # Runs, task runs, states and logs are recorded as ever; the raw event stream is not stored.
-            # Nothing reads it once a temporary API is gone, and its SQLite writes held up the run's
-            # own API calls by up to 2 s (a subflow's creation, measured).
-            "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
-        }
         self.process = subprocess.Popen(
             # under flows.parent_watch: the server stops when this process is gone, even after a SIGKILL
             [sys.executable, "-m", "flows.parent_watch", str(os.getpid()),
-             "uvicorn", "--app-dir", os.path.dirname(prefect_dir), "--factory",
-             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
-             "--log-level", "error", "--lifespan", "on"],
-            env=env,
+             "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+            env={**os.environ, **SERVER_SETTINGS},
+            # its banner ("Configure Prefect to communicate with the server ...") is not for this run's user
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not stop the
             # API under the run, which still records its end there; this process stops it afterwards.
             process_group=0,
@@ -140,9 +146,14 @@ def current_api() -> TemporaryAPI | None:
     return _api
 
 
-def local_cluster_kwargs(settings) -> dict:
-    """Keyword arguments of the default local cluster of worker processes."""
-    return {
+def local_cluster_kwargs(settings, api_url: str | None = None) -> dict:
+    """Keyword arguments of the default local cluster of worker processes.
+
+    With ``api_url``, every worker process gets it as ``PREFECT_API_URL`` (the nannies' ``env``):
+    whatever Prefect does in a worker outside a task run (tasks carry the flow's settings) reports
+    to the run's API, never to a temporary server of the worker's own.
+    """
+    kwargs = {
         "n_workers": settings.n_workers,
         # one task at a time per worker: torch already uses the worker's cores
         "threads_per_worker": 1,
@@ -152,9 +163,12 @@ def local_cluster_kwargs(settings) -> dict:
         # machine never contend for 8787
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
         "silence_logs": logging.WARNING,
-        # worker_exit first: it makes the worker ignore Ctrl-C before warmup spends seconds importing torch
-        "preload": ["pipeline.worker_exit", "pipeline.embedding.warmup"],
+        # local_worker first: it makes the worker ignore Ctrl-C before warmup spends seconds importing torch
+        "preload": ["flows.local_worker", "pipeline.embedding.warmup"],
     }
+    if api_url:
+        kwargs["env"] = {"PREFECT_API_URL": api_url}
+    return kwargs
 
 
 _cluster: tuple[dict, Future] | None = None
@@ -169,7 +183,7 @@ def start_local_cluster(settings) -> Future | None:
     global _cluster
     if settings.dask_address:
         return None
-    kwargs = local_cluster_kwargs(settings)
+    kwargs = local_cluster_kwargs(settings, api_url=_api.url if _api is not None else None)
     if _cluster is not None and _cluster[0] != kwargs:  # started for other settings and never taken
         _cluster[1].add_done_callback(_close_cluster)
         _cluster = None

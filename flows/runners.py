@@ -14,7 +14,13 @@ from flows.boot import close_local_cluster, local_cluster_kwargs, take_local_clu
 from flows.interrupts import interrupt_seen, shielded
 from pipeline.settings import Settings
 
-CLUSTER_CLOSE_TIMEOUT_S = 4.0
+# Longer than Dask's own bound on a worker's exit (a nanny kills a worker that has not exited 4 s after it was
+# asked to close): a close cut short by this timeout would leave the cluster "closing", and distributed's exit
+# handler would then wait up to 10 s for it. A worker's exit runs its exit handlers and takes a second or two
+# (torch, transformers and Prefect are torn down module by module).
+CLUSTER_CLOSE_TIMEOUT_S = 10.0
+# After an interrupt the workers are ended at once (flows.boot.close_local_cluster): the CLI exits within seconds.
+INTERRUPTED_CLOSE_TIMEOUT_S = 4.0
 
 
 def dask_runner(settings: Settings) -> DaskTaskRunner:
@@ -43,7 +49,9 @@ def early_local_cluster(settings: Settings):
         # Bounded: a worker still starting is waited for by Dask's close; after an interrupt the run has
         # recorded its end, and a worker left behind ends with this process (distributed's parent watch).
         with shielded("stopping: closing the local Dask workers (a few seconds at most)"):
-            close_local_cluster(future, CLUSTER_CLOSE_TIMEOUT_S, interrupted=interrupt_seen())
+            interrupted = interrupt_seen()
+            close_local_cluster(future, INTERRUPTED_CLOSE_TIMEOUT_S if interrupted else CLUSTER_CLOSE_TIMEOUT_S,
+                                interrupted=interrupted)
 
 
 def _runner_has_gpus() -> bool:
@@ -83,7 +91,10 @@ def prefect_api(while_booting=None):
     Otherwise this process's temporary API (:mod:`flows.boot`, which the CLI starts before
     its imports) is used, instead of letting every worker process start its own (each
     start costs seconds and splits the run's records). ``while_booting`` is called while
-    that API boots. Worker processes inherit the URL through their environment.
+    that API boots. The URL is set with Prefect's ``temporary_settings`` for this block only
+    (the process environment is left as it was); Prefect sends these settings with every task
+    it submits to a Dask worker, and local workers also get the URL in their environment
+    (:func:`flows.boot.local_cluster_kwargs`).
 
     Re-entrant: a flow that runs another audit inside (the theory lab) reuses the enclosing
     block's API; only the outermost block watches it. If the temporary API exits while a
@@ -108,6 +119,8 @@ def prefect_api(while_booting=None):
         api = None
     elif not url:
         api = start_api()
+        if api is None:  # PREFECT_API_URL was put in the environment after Prefect had read its settings
+            url = os.environ["PREFECT_API_URL"]
     if while_booting:
         while_booting()
     if api is not None:
@@ -120,9 +133,6 @@ def prefect_api(while_booting=None):
         # A refused connection to this loopback server means it is gone (the watch below says so):
         # five retries with back-off would hold a dying run for a minute per API call.
         updates[PREFECT_CLIENT_MAX_RETRIES] = 1
-    previous = os.environ.get("PREFECT_API_URL")
-    url = url or previous  # set in the environment after Prefect read its settings: start_api defers to it
-    os.environ["PREFECT_API_URL"] = url
     watch = _ApiWatch(api) if api is not None and not nested else None
     try:
         with temporary_settings(updates={PREFECT_API_URL: url, **updates}):
@@ -139,10 +149,6 @@ def prefect_api(while_booting=None):
     finally:
         if watch is not None:
             watch.stop()
-        if previous is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = previous
 
 
 def api_lost() -> str | None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 
+import psutil
 import pytest
 
-from flows.boot import local_cluster_kwargs, start_local_cluster, take_local_cluster
+from flows.boot import TemporaryAPI, local_cluster_kwargs, start_local_cluster, take_local_cluster
 from pipeline.settings import load_settings
 
 pytestmark = pytest.mark.slow
@@ -54,6 +57,30 @@ def test_temporary_api_records_flow_and_task_runs(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "(['Completed', 'Completed'], ['Completed'])"
 
 
+def test_temporary_api_is_prefect_server_start_with_public_settings(tmp_path, monkeypatch):
+    """The temporary API is Prefect's documented `prefect server start`, configured by public PREFECT_* settings
+    only (no double-underscore variable), under the parent watch and in a process group of its own."""
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    api = TemporaryAPI()
+    try:
+        server = psutil.Process(api.process.pid)
+        command = server.cmdline()
+        watched = command[command.index("flows.parent_watch") + 1:]
+        assert watched == [str(os.getpid()), "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                           str(api.port)]
+        env = server.environ()
+        assert [k for k in env if k.startswith("PREFECT__")] == []
+        assert env["PREFECT_SERVER_UI_ENABLED"] == "false" and env["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+        assert env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] == "false"  # no deployments here to schedule
+        assert "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED" not in env  # task runs are recorded
+        assert os.getpgid(server.pid) == server.pid != os.getpgid(0)  # a terminal's Ctrl-C does not reach it
+        with urllib.request.urlopen(api.wait(timeout=240) + "/health", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        api.stop()
+    assert api.process.poll() is not None
+
+
 def test_local_cluster_starts_once_and_not_at_all_with_an_address():
     settings = load_settings(n_workers=1)
     assert start_local_cluster(load_settings(dask_address="tcp://127.0.0.1:1")) is None
@@ -62,7 +89,7 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
     assert take_local_cluster(settings) is first
     cluster = first.result(timeout=120)
     try:
-        assert local_cluster_kwargs(settings)["preload"] == ["pipeline.worker_exit", "pipeline.embedding.warmup"]
+        assert local_cluster_kwargs(settings)["preload"] == ["flows.local_worker", "pipeline.embedding.warmup"]
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
         # a lost worker that never comes back fails its tasks after two minutes instead of a wait forever
         assert cluster.scheduler.no_workers_timeout == 120
@@ -90,13 +117,19 @@ def test_a_cluster_started_for_other_settings_is_closed_not_leaked():
 def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(tmp_path):
     """The theory lab's audits nest prefect_api() inside its own: the inner block must reuse this process's
     temporary API, not stop it (it did, and the lab failed with ConnectError, then hung). And a run whose API
-    dies is stopped at once with a message, not left retrying."""
+    dies is stopped at once with a message, not left retrying. The API's URL reaches the flow through Prefect's
+    settings and the local workers through their environment; this process's environment is never changed."""
     code = textwrap.dedent("""
-        import time, urllib.request
-        from flows.boot import current_api, start_api
+        import os, time, urllib.request
+        from flows.boot import current_api, start_api, start_local_cluster
+        from pipeline.settings import load_settings
         start_api()
+        settings = load_settings(n_workers=1)
+        start_local_cluster(settings)
+        from distributed import Client
         from prefect import flow, task
-        from flows.runners import prefect_api
+        from prefect.settings import PREFECT_API_URL
+        from flows.runners import early_local_cluster, prefect_api
 
         @task
         def one():
@@ -108,6 +141,13 @@ def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(
                 current_api().process.kill()
                 time.sleep(30)  # the watch interrupts this at once
             return one()
+
+        with early_local_cluster(settings) as address, prefect_api() as outer:
+            assert PREFECT_API_URL.value() == outer and "PREFECT_API_URL" not in os.environ
+            with Client(address()) as client:
+                client.wait_for_workers(1, timeout=240)
+                assert set(client.run(lambda: os.environ.get("PREFECT_API_URL")).values()) == {outer}
+        assert "PREFECT_API_URL" not in os.environ and PREFECT_API_URL.value() is None
 
         with prefect_api() as outer:
             with prefect_api() as inner:
@@ -123,7 +163,7 @@ def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(
             print(f"{time.monotonic() - started:.1f}", exc)
     """)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     seconds, message = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert message.startswith("the temporary Prefect API (pid") and "exited with code -9 during the run" in message
