@@ -177,7 +177,8 @@ def _print_summary(summary, timings: bool = False) -> None:
     elif summary.previous_release:
         console.print(f"compared with release {summary.previous_release}: no statistic moved past its threshold")
     if timings:  # start-up phases, then what Prefect recorded: the run's total and each task's runs
-        t = Table(title="timings: start-up, then Prefect's record of the run (seconds running, summed over runs)")
+        t = Table(title="timings (s)", caption="start-up measured by the CLI; the rest as Prefect recorded the run: "
+                  "time running, summed over each task's runs")
         t.add_column("step")
         t.add_column("runs", justify="right")
         t.add_column("seconds", justify="right")
