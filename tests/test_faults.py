@@ -98,7 +98,7 @@ def test_error_burst_beyond_botocore_is_retried_by_the_store(s3_server, s3_env, 
         store = open_store(load_settings(root=s3_env))
         store.write_bytes_atomic("warm.json", b"{}")
         proxy.stats.clear()
-        proxy.force(["error500"] * 7)  # botocore gives up after 5 attempts; the store's backoff carries on
+        proxy.force(["error500"] * 7)  # 7 failed attempts: fewer than the store's 10, the only retries
         store.write_bytes_atomic("a/part.json", b"payload")
         assert proxy.stats["error500"] == 7 and proxy.stats["requests"] >= 8
         assert store.read_bytes("a/part.json") == b"payload"
