@@ -14,7 +14,8 @@ tokenizer without an unknown token (byte-level BPE) needs no check. ``normaudit 
 model yet; it runs the same count with the default model's tokenizer (:data:`DEFAULT_MODEL`, when
 installed) and says which tokenizer it used.
 
-Nothing here imports torch or transformers, Prefect or Dask.
+Nothing here imports torch or transformers, Prefect or Dask. The probe readers are imported inside the
+functions that use them: polars takes seconds to import, and a typo in the model spec fails first.
 """
 
 from __future__ import annotations
@@ -133,7 +134,6 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
         ProbeInputError: a probe set is unknown or invalid, a probe file would silently replace a stored
             set, or every text of a set is the unknown token.
     """
-    # here: polars and the probe readers take seconds to import, and a typo in the model spec fails first
     from pipeline.probes import brings_file, load_probe_set
     from pipeline.probes.base import ProbeInputError
     from pipeline.probes.stored import refuse_silent_replace
@@ -174,7 +174,7 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
 
 
 def _shipped(spec: str) -> bool:
-    from pipeline.probes import BUILTIN  # here: seconds of polars, as in check_audit_inputs
+    from pipeline.probes import BUILTIN
     from pipeline.probes.templates import split_template
 
     templated = split_template(spec)

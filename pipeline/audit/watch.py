@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline.analysis.compare import AlertThresholds
+from pipeline.embedding.models import fingerprint_dir
 from pipeline.names import check_name
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -105,8 +106,6 @@ def discover_releases(watched: WatchedModel, audited: set[str]) -> list[tuple[st
     label) are skipped; a hub model's current revision is new unless its label was audited.
     """
     if watched.checkpoints is not None:
-        from pipeline.embedding.models import fingerprint_dir
-
         return [(release_label(d.name), str(d)) for d in checkpoint_dirs(watched.checkpoints)
                 if fingerprint_dir(d) not in audited]
     from huggingface_hub import HfApi

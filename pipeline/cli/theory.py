@@ -1,6 +1,6 @@
 """``normaudit theory``: the theory lab's commands (mounted on the main CLI as a sub-app).
 
-Only typer is imported at module level: ``normaudit sql`` must not pay for torch.
+Imports stay inside the commands (only typer at module level): ``normaudit sql`` must not pay for torch.
 """
 
 from __future__ import annotations
