@@ -35,6 +35,8 @@ import urllib.request
 from concurrent.futures import Future
 from threading import Thread
 
+import psutil
+
 _STARTUP_TIMEOUT_S = 120.0
 # Long enough for a worker to start (imports) or be restarted by its nanny on a slow machine.
 NO_WORKERS_TIMEOUT = "120s"
@@ -233,8 +235,6 @@ def end_local_workers(grace_s: float = 0.5) -> int:
     ended: the temporary API is not one of them, and nothing committed lives in a worker. A worker
     runs no SIGTERM handler, so it ends at once, mid-import or mid-shard.
     """
-    import psutil
-
     workers = []
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):

@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 
+import typer
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 
 
@@ -163,8 +165,6 @@ def interruptible(command):
     """
     @functools.wraps(command)
     def run(*args, **kwargs):
-        import typer
-
         with terminate_as_interrupt():
             try:
                 return command(*args, **kwargs)

@@ -8,9 +8,15 @@ import signal
 import sys
 import threading
 
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_CLIENT_MAX_RETRIES,
+    PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+    temporary_settings,
+)
 from prefect_dask import DaskTaskRunner
 
-from flows.boot import close_local_cluster, local_cluster_kwargs, take_local_cluster
+from flows.boot import close_local_cluster, current_api, local_cluster_kwargs, start_api, stop_api, take_local_cluster
 from flows.interrupts import interrupt_seen, shielded
 from pipeline.settings import Settings
 
@@ -101,15 +107,6 @@ def prefect_api(while_booting=None):
     run uses it, the run is stopped at once (as by Ctrl-C, so it records its end without the
     API) and this raises a ``RuntimeError`` that says so, instead of retrying for minutes.
     """
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_CLIENT_MAX_RETRIES,
-        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-        temporary_settings,
-    )
-
-    from flows.boot import current_api, start_api, stop_api
-
     url = PREFECT_API_URL.value()
     updates = {}
     api = current_api()
@@ -153,8 +150,6 @@ def prefect_api(while_booting=None):
 
 def api_lost() -> str | None:
     """What happened to this process's temporary API if it exited while in use, else None."""
-    from flows.boot import current_api
-
     api = current_api()
     if api is None or api.process.poll() is None or api.stopping:
         return None
