@@ -6,7 +6,7 @@ torch and transformers for the model, Prefect's task engine for running the task
 and the library steps the tasks call. The orchestration layer (``flows``) is not
 imported here: the library never imports it; the worker loads it when it unpickles a task.
 sentence-transformers is imported only for a model whose modules the embedder does
-not run itself (``pipeline.embedding.embed.native_st_pooling``).
+not run itself (``pipeline.embedding.pooling.native_st_pooling``).
 """
 
 import prefect.task_engine  # noqa: F401
