@@ -127,9 +127,11 @@ def prefect_api(while_booting=None):
         # Heartbeats let a server notice a crashed flow run; this server dies with the run, and
         # each flow's exit waits up to a second for the heartbeat thread.
         updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
-        # A refused connection to this loopback server means it is gone (the watch below says so):
-        # five retries with back-off would hold a dying run for a minute per API call.
-        updates[PREFECT_CLIENT_MAX_RETRIES] = 1
+        # Three retries (back-off 2, 4, 8 s), not Prefect's five (a minute in all): its SQLite answers 503
+        # when a write loses a race under load (a CI run failed after one retry), while a refused connection
+        # means the server is gone; the watch below stops the run at once, and the engine's one crash
+        # report then waits out 14 s of retries, not 62.
+        updates[PREFECT_CLIENT_MAX_RETRIES] = 3
     watch = _ApiWatch(api) if api is not None and not nested else None
     try:
         with temporary_settings(updates={PREFECT_API_URL: url, **updates}):
