@@ -1,4 +1,9 @@
-"""Release-to-release comparison: which tracked statistics moved past their threshold."""
+"""Release-to-release comparison: which tracked statistics moved past their threshold beyond their noise.
+
+A tracked statistic alerts when its change exceeds its threshold and, under ``require_significant`` (the
+default), the paired bootstrap interval of the change (:func:`pipeline.analysis.paired.paired_comparison`,
+computed by the caller on the items both releases embedded) excludes 0.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,13 @@ from pipeline.storage.store import Store
 ALERT_COLUMNS = {
     "run_id": pl.String, "analysis": pl.String, "model": pl.String, "release": pl.String,
     "previous_release": pl.String, "probe_set": pl.String, "property": pl.String, "statistic": pl.String,
-    "previous_value": pl.Float64, "value": pl.Float64, "change": pl.Float64, "threshold": pl.Float64,
-    "message": pl.String,
+    "previous_value": pl.Float64, "value": pl.Float64, "change": pl.Float64, "ci_low": pl.Float64,
+    "ci_high": pl.Float64, "threshold": pl.Float64, "message": pl.String,
 }
+# Columns of the paired comparison (pipeline.analysis.paired) joined to a release comparison, renamed
+PAIRED_COLUMNS = {"ci_low": "change_ci_low", "ci_high": "change_ci_high", "n_shared": "n_shared",
+                  "verdict": "verdict"}
+KEY = ["analysis", "probe_set", "property", "statistic"]
 
 
 class AlertThresholds(BaseModel):
@@ -25,11 +34,18 @@ class AlertThresholds(BaseModel):
     ``per_statistic`` keys match, most specific first: ``analysis.statistic.property``,
     ``analysis.statistic``, then ``statistic`` (e.g. ``spearman: 0.05``,
     ``norm_vs_property.spearman.min_depth: 0.02``). Anything unmatched uses ``default``.
+    ``require_significant`` (default true) also asks that the change's paired interval exclude 0; a
+    statistic without a paired interval then needs the two releases' own intervals not to overlap (where
+    both have one; else the threshold alone decides).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     default: float = Field(0.1, ge=0)
+    require_significant: bool = Field(
+        True,
+        description="alert only when the paired 95% interval of the change excludes 0 (false: threshold only)",
+    )
     per_statistic: dict[str, float] = Field(default_factory=dict)
     # Descriptive rows (norm per bin, points of the selective-accuracy curve) are in norm or
     # accuracy units and move with any retraining; alerting on them would drown real signals.
@@ -71,9 +87,15 @@ def previous_release(con: duckdb.DuckDBPyConnection, model: str, release: str) -
 
 def compare_runs(
     con: duckdb.DuckDBPyConnection, model: str, release: str, run_id: str,
-    previous: tuple[str, str] | None, thresholds: AlertThresholds,
+    previous: tuple[str, str] | None, thresholds: AlertThresholds, paired: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every shared statistic of ``run_id`` beside the previous release's; returns (comparison, alerts)."""
+    """Every shared statistic of ``run_id`` beside the previous release's; returns (comparison, alerts).
+
+    ``paired`` is :func:`pipeline.analysis.paired.paired_comparison` of (model, previous release) against
+    (model, release): its interval of each difference joins the comparison as ``change_ci_low`` and
+    ``change_ci_high`` (null where it has none). The comparison gains ``threshold``, ``significant`` and
+    ``alert``.
+    """
     empty = pl.DataFrame(schema=ALERT_COLUMNS)
     if previous is None:
         return pl.DataFrame(), empty
@@ -81,27 +103,77 @@ def compare_runs(
     comparison = run_query(con, "compare_releases", current_run=run_id, previous_run=prev_run)
     if comparison.height == 0:
         return comparison, empty
+    comparison = _with_paired(comparison, paired)
     comparison = comparison.with_columns(
         pl.struct(["analysis", "statistic", "property"]).map_elements(
             lambda r: thresholds.for_row(r["analysis"], r["statistic"], r["property"]), return_dtype=pl.Float64
-        ).alias("threshold")
+        ).alias("threshold"),
+        _significant().alias("significant"),
     )
     tracked = pl.Series([thresholds.tracks(a, st) for a, st in
                          zip(comparison["analysis"], comparison["statistic"], strict=True)], dtype=pl.Boolean)
-    moved = comparison.filter(tracked & (pl.col("change").abs() > pl.col("threshold")))
-    alerts = moved.with_columns(
+    moved = pl.col("change").abs() > pl.col("threshold")
+    rule = moved & pl.col("significant") if thresholds.require_significant else moved
+    comparison = comparison.with_columns((rule & tracked).alias("alert"))
+    alerts = comparison.filter(pl.col("alert")).with_columns(
         pl.lit(run_id).alias("run_id"), pl.lit(model).alias("model"), pl.lit(release).alias("release"),
         pl.lit(prev_release).alias("previous_release"),
     )
     alerts = alerts.with_columns(
-        pl.format(
-            "{}.{} of {} on {}: {} in {} -> {} in {} (change {}, threshold {})",
-            "analysis", "statistic", pl.col("property").fill_null("-"), "probe_set",
-            pl.col("previous_value").round(4), "previous_release", pl.col("value").round(4), "release",
-            pl.col("change").round(4), "threshold",
-        ).alias("message")
+        pl.Series("message", [_message(r) for r in alerts.iter_rows(named=True)], dtype=pl.String),
+        # the alerts table's interval is the change's (DESIGN.md), not the release's own
+        pl.col("change_ci_low").alias("ci_low"), pl.col("change_ci_high").alias("ci_high"),
     ).select(list(ALERT_COLUMNS)).cast(ALERT_COLUMNS)
     return comparison, alerts
+
+
+def _with_paired(comparison: pl.DataFrame, paired: pl.DataFrame | None) -> pl.DataFrame:
+    """The comparison with the paired interval of each change (null columns where there is none)."""
+    if paired is None or paired.height == 0:
+        return comparison.with_columns(
+            pl.lit(None, pl.Float64).alias("change_ci_low"), pl.lit(None, pl.Float64).alias("change_ci_high"),
+            pl.lit(None, pl.Int64).alias("n_shared"), pl.lit(None, pl.String).alias("verdict"),
+        )
+    right = paired.select(*KEY, *PAIRED_COLUMNS).rename(PAIRED_COLUMNS).with_columns(
+        pl.col("n_shared").cast(pl.Int64), pl.col("change_ci_low", "change_ci_high").cast(pl.Float64)
+    )
+    return comparison.join(right, on=KEY, how="left", nulls_equal=True)
+
+
+def _significant() -> pl.Expr:
+    """The paired interval excludes 0; without one, the two releases' own intervals do not overlap;
+    without those either, true (the threshold alone decides)."""
+    paired = (pl.col("change_ci_low") > 0) | (pl.col("change_ci_high") < 0)
+    apart = (pl.col("ci_low") > pl.col("previous_ci_high")) | (pl.col("previous_ci_low") > pl.col("ci_high"))
+    own = pl.col("ci_low").is_not_null() & pl.col("previous_ci_low").is_not_null()
+    return (
+        pl.when(pl.col("change_ci_low").is_not_null() & pl.col("change_ci_high").is_not_null()).then(paired)
+        .when(own).then(apart)
+        .otherwise(pl.lit(True))
+    )
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """``[+0.0123, +0.0456]``, or ``no interval``."""
+    if low is None or high is None:
+        return "no interval"
+    return f"[{low:+.4f}, {high:+.4f}]"
+
+
+def _message(r: dict) -> str:
+    """An alert in words, naming both intervals: the change's paired one and the releases' own."""
+    prop = r["property"] or "-"
+    if r["change_ci_low"] is not None and r["change_ci_high"] is not None:
+        paired = (f"paired 95% CI of the change {interval_text(r['change_ci_low'], r['change_ci_high'])} "
+                  f"on {r['n_shared']:,} shared items")
+    else:
+        paired = "no paired interval of the change (the releases' own 95% CIs are compared)"
+    return (
+        f"{r['analysis']}.{r['statistic']} of {prop} on {r['probe_set']}: "
+        f"{r['previous_value']:+.4f} {interval_text(r['previous_ci_low'], r['previous_ci_high'])} in "
+        f"{r['previous_release']} -> {r['value']:+.4f} {interval_text(r['ci_low'], r['ci_high'])} in {r['release']} "
+        f"(change {r['change']:+.4f}, {paired}; threshold {r['threshold']:g})"
+    )
 
 
 def write_alerts(store: Store, run_id: str, alerts: pl.DataFrame) -> None:

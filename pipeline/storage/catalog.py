@@ -52,8 +52,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "alerts": {
         "run_id": "VARCHAR", "analysis": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR",
         "previous_release": "VARCHAR", "probe_set": "VARCHAR", "property": "VARCHAR", "statistic": "VARCHAR",
-        "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "threshold": "DOUBLE",
-        "message": "VARCHAR",
+        "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE",
+        "threshold": "DOUBLE", "message": "VARCHAR",
     },
 }
 
