@@ -135,6 +135,14 @@ def record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
                 {"name": name, "model": model, "release": release, "detail": detail})
 
 
+def forget_staged(con: duckdb.DuckDBPyConnection, *names: str) -> None:
+    """Make the next query that needs staging ``names`` build it again (their tables are left to be replaced):
+    for code that staged them over other rows than the scope says, such as a paired comparison's shared items."""
+    for name in names:
+        if staged_for(con, name) is not None:
+            con.execute("delete from staged_scopes where name = $name", {"name": name})
+
+
 def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
     """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``).
 

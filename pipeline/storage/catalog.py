@@ -55,6 +55,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE",
         "threshold": "DOUBLE", "message": "VARCHAR",
     },
+    # pipeline/analysis/paired.py: PAIRED_COLUMNS under the run that compared
+    "comparisons": {
+        "run_id": "VARCHAR", "analysis": "VARCHAR", "probe_set": "VARCHAR", "property": "VARCHAR",
+        "statistic": "VARCHAR", "base_model": "VARCHAR", "base_release": "VARCHAR", "model": "VARCHAR",
+        "release": "VARCHAR", "base_value": "DOUBLE", "value": "DOUBLE", "difference": "DOUBLE",
+        "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n_shared": "BIGINT", "n_only_base": "BIGINT",
+        "n_only_other": "BIGINT", "n_resamples": "BIGINT", "verdict": "VARCHAR",
+    },
 }
 
 # Where each view's files live (glob relative to the root); embeddings come from manifests instead.
@@ -67,6 +75,7 @@ GLOBS = {
     "runs": "runs/*.parquet",
     "results": "results/*/*.parquet",
     "alerts": "alerts/*.parquet",
+    "comparisons": "comparisons/*.parquet",
 }
 
 ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
