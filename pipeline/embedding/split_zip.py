@@ -128,7 +128,8 @@ class _Joined(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         if base + offset < 0:
-            raise OSError(f"negative seek position {base + offset}")
+            # Only a damaged archive's offsets point before its start: say so as zipfile would.
+            raise zipfile.BadZipFile(f"an offset points {-(base + offset)} bytes before the archive's start")
         self._pos = base + offset
         return self._pos
 
