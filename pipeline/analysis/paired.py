@@ -21,7 +21,13 @@ from contextlib import contextmanager
 import duckdb
 import polars as pl
 
-from pipeline.analysis.paired_units import compare_units, mirror_self, side_params, sides
+from pipeline.analysis.paired_units import (
+    compare_units,
+    mirror_self,
+    register_retrieval_units,
+    side_params,
+    sides,
+)
 from pipeline.analysis.sql import (
     BOOTSTRAP,
     DEFAULT_PARAMS,
@@ -76,13 +82,15 @@ def paired_comparison(con: duckdb.DuckDBPyConnection, base: tuple[str, str], oth
     base, other = _side("base", base), _side("other", other)
     _require_embeddings(con, base, "base")
     _require_embeddings(con, other, "other")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples={resamples!r}: give a whole number of at least 1 (e.g. resamples=1000)")
     bound = {**DEFAULT_PARAMS, **params, "resamples": resamples, "seed": seed}
     for table, columns in _INPUTS.items():
         con.execute(f"create or replace temp table {table} ({columns})")
     with shared_embeddings(con, base, other):
         _norm_vs_property(con, base, other, bound)
-        compare_units(con, base, other, bound, shared=True)
-    compare_units(con, base, other, bound, shared=False)
+        register_retrieval_units(con, base, other)
+    compare_units(con, base, other, bound)
     frame = run_query(con, "paired_comparison", **side_params(base, other))
     return frame.select(list(PAIRED_COLUMNS)).cast(PAIRED_COLUMNS)
 
@@ -141,9 +149,6 @@ def _norm_vs_property(con: duckdb.DuckDBPyConnection, base: tuple[str, str], oth
         con.execute(f"insert into paired_replicates select $side, 'norm_vs_property', probe_set, property, "
                     f"statistic, b, value from {BOOTSTRAP}", {"side": side})
     mirror_self(con, base, other, "norm_vs_property")
-    # counted outside the shared view: the items one side embedded alone
-    con.execute("insert into paired_counts select * from (" + load_sql("paired_unit_counts") + ")",
-                side_params(base, other))
 
 
 def write_comparison(store: Store, run_id: str, frame: pl.DataFrame) -> None:
