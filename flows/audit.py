@@ -3,7 +3,8 @@ Prefect task once, here, beside the flows that run it.
 
 ``audit_release`` reads like DESIGN.md's "flow of one audit": resolve the model,
 register the run, embed the probe sets on Dask (``embed_probes``), run the SQL
-analyses, compare with the previous release, render the report, and fail loudly on a regression.
+analyses, compare with the previous release, render the report and the models page, and fail loudly on a
+regression.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ compare_with_previous = _task(steps.compare_with_previous)
 clean_staging = _task(steps.clean_staging)
 close_release = _task(steps.close_release)
 render_report = _task(steps.render_report)
+render_models_page = _task(steps.render_models_page)
 
 
 @dataclass
@@ -187,6 +189,7 @@ def audit_release(
         with shielded():  # a second Ctrl-C waits for this: the lease and the run's end are always recorded
             _record_end(ctx, run)
     summary.report = render_report(ctx)  # after the run record: it shows it
+    render_models_page(ctx)  # every model and release side by side, this one included
     if summary.alerts.height:
         exc = ReleaseRegression(
             f"{summary.alerts.height} statistic(s) of {ctx.model} moved past their threshold since release "

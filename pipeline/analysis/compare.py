@@ -70,6 +70,28 @@ def release_history(con: duckdb.DuckDBPyConnection, model: str) -> pl.DataFrame:
     return run_query(con, "release_history", model=model)
 
 
+def audited_release(con: duckdb.DuckDBPyConnection, model: str, release: str | None = None) -> tuple[str, str]:
+    """(release, run_id) of ``model``'s finished audit of ``release`` (default: its latest).
+
+    Raises:
+        LookupError: no finished audit of it; the message lists the audited models or releases.
+    """
+    hist = release_history(con, model)
+    if hist.height == 0:
+        models = [r[0] for r in con.execute(
+            "select distinct model from runs where status in ('completed', 'alerted') order by 1").fetchall()]
+        raise LookupError(f"no finished audit of model {model!r} under this root; audited models: "
+                          f"{models or 'none'}. Run `normaudit audit --model ...` first.")
+    if release is None:
+        last = hist.row(-1, named=True)
+        return last["release"], last["run_id"]
+    found = hist.filter(pl.col("release") == release)
+    if found.height == 0:
+        raise LookupError(f"no finished audit of {model} release {release!r}; audited releases of {model}: "
+                          f"{hist['release'].to_list()}")
+    return release, found["run_id"][0]
+
+
 def previous_release(con: duckdb.DuckDBPyConnection, model: str, release: str) -> tuple[str, str] | None:
     """(release, run_id) audited most recently before ``release`` (by start time), or None."""
     hist = release_history(con, model)

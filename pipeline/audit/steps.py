@@ -10,7 +10,16 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
-from pipeline.analysis.compare import AlertThresholds, compare_runs, previous_release, release_history, write_alerts
+from pipeline.analysis.compare import (
+    ALERT_COLUMNS,
+    AlertThresholds,
+    compare_runs,
+    previous_release,
+    release_history,
+    write_alerts,
+)
+from pipeline.analysis.comparison_page import render_comparison_page
+from pipeline.analysis.paired import paired_comparison, write_comparison
 from pipeline.audit.context import AuditContext
 from pipeline.audit.watch import WatchedModel, discover_releases
 from pipeline.embedding.embed import get_embedder
@@ -182,13 +191,25 @@ def run_analyses(ctx: AuditContext) -> pl.DataFrame:
 def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
     """Alerts for statistics that moved past their threshold since the previous release; stores them.
 
-    Returns ``(previous_release or None, alerts frame)``.
+    With a previous release, the paired bootstrap of every statistic on the items both releases embedded
+    runs first (only then: a first release costs nothing here); it is stored as this run's comparison
+    (view ``comparisons``) with its page under ``reports/compare/``, and its intervals decide which moves
+    are beyond noise (``thresholds.require_significant``). Returns ``(previous_release or None, alerts)``.
     """
     con = open_catalog(ctx.store)
-    previous = previous_release(con, ctx.model, ctx.release)
-    _, alerts = compare_runs(con, ctx.model, ctx.release, ctx.run_id, previous, thresholds)
+    try:
+        previous = previous_release(con, ctx.model, ctx.release)
+        if previous is None:
+            return None, pl.DataFrame(schema=ALERT_COLUMNS)
+        base, other = (ctx.model, previous[0]), (ctx.model, ctx.release)
+        paired = paired_comparison(con, base, other)
+        _, alerts = compare_runs(con, ctx.model, ctx.release, ctx.run_id, previous, thresholds, paired)
+    finally:
+        con.close()
     write_alerts(ctx.store, ctx.run_id, alerts)
-    return (previous[0] if previous else None), alerts
+    write_comparison(ctx.store, ctx.run_id, paired)
+    render_comparison_page(ctx.store, paired, base, other, alerts["message"].to_list())
+    return previous[0], alerts
 
 
 def open_release(ctx: AuditContext) -> None:
@@ -225,3 +246,10 @@ def render_report(ctx: AuditContext) -> str:
     from pipeline.analysis.report import render_report as render  # matplotlib: seconds to import
 
     return render(ctx.store, ctx.model, ctx.release)
+
+
+def render_models_page(ctx: AuditContext) -> str:
+    """Render ``reports/index.html``: every audited model and release side by side; returns its URL."""
+    from pipeline.analysis.models_page import render_models_page as render  # matplotlib: seconds to import
+
+    return render(ctx.store)

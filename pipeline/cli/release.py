@@ -6,6 +6,7 @@ DuckDB or rich (seconds on a small machine) before any command runs.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -13,49 +14,104 @@ import typer
 
 
 def compare(
-    model: Annotated[str, typer.Option(help="model label as stored")],
-    release: Annotated[str, typer.Option(help="release to compare with the one audited before it")],
+    model: Annotated[str, typer.Option(help="model label as stored (the 'other' side: differences are it - base)")],
+    release: Annotated[str | None, typer.Option(help="its release (default: its latest finished audit)")] = None,
+    against: Annotated[str | None, typer.Option(
+        help="base model (default: --model itself, at the release audited before --release)")] = None,
+    against_release: Annotated[str | None, typer.Option(
+        help="base release (default: the base model's latest finished audit)")] = None,
     root: Annotated[str | None, typer.Option(help="storage root URL")] = None,
-    threshold: Annotated[float | None, typer.Option(help="default threshold on |change| (0.1)")] = None,
+    threshold: Annotated[float | None, typer.Option(help="release form: default threshold on |change| (0.1)")] = None,
+    resamples: Annotated[int, typer.Option(min=1, help="paired bootstrap resamples")] = 1000,
+    seed: Annotated[int | None, typer.Option(help="paired bootstrap seed (default: the analyses' seed)")] = None,
 ) -> None:
-    """Show every statistic of a release beside the previous release's, and the alerts it would raise."""
-    from rich.console import Console
-    from rich.table import Table
+    """Compare two audited (model, release) pairs on the units both embedded, with paired 95% intervals.
 
-    from pipeline.analysis.compare import AlertThresholds, compare_runs, previous_release, release_history
+    Without --against (or --against-release) a release is compared with the one audited before it and
+    the alerts it would raise are shown (exit 3 when any). The comparison is stored (view
+    ``comparisons``) and written as a page under <root>/reports/compare/.
+    """
+    from rich.console import Console
+
+    from pipeline.analysis.compare import AlertThresholds, audited_release, compare_runs, previous_release
+    from pipeline.analysis.comparison_page import render_comparison_page
+    from pipeline.analysis.paired import paired_comparison, write_comparison
     from pipeline.settings import load_settings
     from pipeline.storage.catalog import open_catalog
+    from pipeline.storage.runs import new_run_id
     from pipeline.storage.store import open_store
 
-    con = open_catalog(open_store(load_settings(root=root)))
-    hist = release_history(con, model)
-    current = hist.filter(hist["release"] == release)
-    if current.height == 0:
-        known = hist["release"].to_list()
-        typer.secho(f"error: no finished audit of {model} release {release!r}; audited releases: {known}",
-                    fg="red", err=True)
-        raise typer.Exit(1)
-    previous = previous_release(con, model, release)
-    if previous is None:
-        typer.echo(f"{model} {release} is the first audited release: nothing to compare with.")
-        return
-    thresholds = AlertThresholds(default=threshold) if threshold is not None else AlertThresholds()
-    comparison, alerts = compare_runs(con, model, release, current["run_id"][0], previous, thresholds)
-    table = Table(title=f"{model}: {previous[0]} -> {release}")
-    for col in ("analysis", "probe_set", "property", "statistic", "previous", "current", "change", "threshold"):
-        table.add_column(col, justify="right" if col in ("previous", "current", "change", "threshold") else "left")
-    for r in comparison.iter_rows(named=True):
-        moved = abs(r["change"]) > r["threshold"]
-        style = "bold red" if moved else None
-        table.add_row(r["analysis"], r["probe_set"], r["property"] or "-", r["statistic"],
-                      f"{r['previous_value']:+.4f}", f"{r['value']:+.4f}", f"{r['change']:+.4f}",
-                      f"{r['threshold']:.4f}", style=style)
-    console = Console()
-    console.print(table)
-    for msg in alerts["message"].to_list():
+    store = open_store(load_settings(root=root))
+    con = open_catalog(store)
+    try:
+        other_release, other_run = audited_release(con, model, release)
+        if against is None and against_release is None:
+            previous = previous_release(con, model, other_release)
+            if previous is None:
+                typer.echo(f"{model} {other_release} is the first audited release: nothing to compare with.")
+                return
+            base = (model, previous[0])
+        else:
+            base_model = against or model
+            base = (base_model, audited_release(con, base_model, against_release)[0])
+    except LookupError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    other = (model, other_release)
+    params = {} if seed is None else {"seed": seed}
+    frame = paired_comparison(con, base, other, resamples=resamples, **params)
+    alerts = None
+    if base[0] == other[0]:  # two releases of one model: the release thresholds apply
+        thresholds = AlertThresholds(default=threshold) if threshold is not None else AlertThresholds()
+        base_run = audited_release(con, *base)[1]
+        _, alert_rows = compare_runs(con, model, other_release, other_run, (base[1], base_run), thresholds, frame)
+        alerts = alert_rows["message"].to_list()
+    write_comparison(store, new_run_id(), frame)
+    page = render_comparison_page(store, frame, base, other, alerts)
+    # piped (a file, a test): wide enough for the table, as a terminal usually is; a terminal keeps its width
+    console = Console() if sys.stdout.isatty() else Console(width=180)
+    for table in _comparison_tables(frame, base, other):
+        console.print(table)
+    typer.echo(_one_side_counts(frame, base, other))  # echo: a path or a count is never wrapped
+    for msg in alerts or []:
         console.print(f"[bold red]alert[/]: {msg}")
-    if alerts.height:
+    typer.echo(f"page: {page}")
+    if alerts:
         raise typer.Exit(3)
+
+
+def _comparison_tables(frame, base: tuple[str, str], other: tuple[str, str]) -> list:
+    """The comparison as rich tables, one per analysis; rows whose interval excludes 0 in bold."""
+    from rich.table import Table
+
+    b, o = "@".join(base), "@".join(other)
+
+    def num(v) -> str:
+        return "—" if v is None or v != v else f"{v:+.3f}"  # v != v: NaN
+
+    tables = []
+    for (analysis,), part in frame.group_by(["analysis"], maintain_order=True):
+        table = Table(title=f"{analysis}: {o} against {b} (difference = {o} - {b}, on the units both embedded)",
+                      title_justify="left")
+        numeric = (b, o, "difference", "paired 95% CI", "n shared")
+        for col in ("probe_set", "property", "statistic", *numeric, "verdict"):
+            table.add_column(col, justify="right" if col in numeric else "left")
+        for r in part.iter_rows(named=True):
+            ci = "—" if r["ci_low"] is None or r["ci_high"] is None else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
+            table.add_row(r["probe_set"], r["property"] or "-", r["statistic"], num(r["base_value"]),
+                          num(r["value"]), num(r["difference"]), ci, f"{int(r['n_shared'] or 0):,}", r["verdict"],
+                          style="bold" if r["verdict"] == "differs" else None)
+        tables.append(table)
+    return tables
+
+
+def _one_side_counts(frame, base: tuple[str, str], other: tuple[str, str]) -> str:
+    """One line: per probe set, the units only one side embedded (never mixed into a statistic)."""
+    from pipeline.analysis.comparison_page import only_one_side
+
+    parts = [f"{r['probe_set']}: {r['n_shared']:,} shared, {r['n_only_base']:,} only in {'@'.join(base)}, "
+             f"{r['n_only_other']:,} only in {'@'.join(other)}" for r in only_one_side(frame).iter_rows(named=True)]
+    return "units embedded by one side only (left out): " + ("; ".join(parts) or "none compared")
 
 
 def serve(

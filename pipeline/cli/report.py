@@ -11,21 +11,33 @@ import typer
 
 
 def report(
-    model: Annotated[str, typer.Option(help="model label as stored (e.g. minilm-l6)")],
+    model: Annotated[str | None, typer.Option(help="model label as stored (e.g. minilm-l6)")] = None,
     release: Annotated[str | None, typer.Option(help="release label (default: the latest audited)")] = None,
     root: Annotated[str | None, typer.Option(help="storage root URL (default ./normaudit-data)")] = None,
     s3_endpoint_url: Annotated[
         str | None,
         typer.Option("--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)"),
     ] = None,
+    models: Annotated[bool, typer.Option(
+        "--models", help="write <root>/reports/index.html: every audited model and release side by side")] = False,
 ) -> None:
-    """Write <root>/reports/<model>/<release>/index.html (plots beside it) and the model's release index."""
+    """Write <root>/reports/<model>/<release>/index.html (plots beside it) and the model's release index;
+    with --models, the page of every audited model and release instead."""
     from pipeline.analysis.report import render_report
     from pipeline.settings import load_settings
     from pipeline.storage.catalog import open_catalog
     from pipeline.storage.store import open_store
 
     store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
+    if models:
+        from pipeline.analysis.models_page import render_models_page
+
+        typer.echo(render_models_page(store))
+        return
+    if model is None:
+        typer.secho("error: give --model NAME (one model's report) or --models (every model's page)",
+                    fg="red", err=True)
+        raise typer.Exit(2)
     if release is None:
         rows = (
             open_catalog(store)
