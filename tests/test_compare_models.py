@@ -128,6 +128,21 @@ def _cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
     return out
 
 
+def test_release_form_exits_3_only_on_a_change_beyond_noise(small_releases):
+    store, _ = small_releases
+    args = ("compare", "--model", "m", "--root", store.root_url, "--threshold", "0.05", "--resamples", "300")
+    noise = _cli(*args, "--release", "v2", check=None)
+    loose = _cli(*args, "--release", "v2", "--no-require-significant", check=3)
+    strict_alerts, loose_alerts = (
+        {line for line in out.stdout.splitlines() if line.startswith("alert:")} for out in (noise, loose))
+    assert "m@v2 against m@v1" in noise.stdout
+    # of the moves past 0.05 (a noisy Spearman among them), only those beyond their paired interval alert
+    assert strict_alerts < loose_alerts and any("alert: norm_vs_property.spearman" in a for a in loose_alerts)
+    assert noise.returncode == (3 if strict_alerts else 0)
+    shift = _cli(*args, "--release", "v3", check=3)
+    assert "alert: norm_vs_property.spearman of min_depth on few" in " ".join(shift.stdout.split())
+
+
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory, tiny_model_dir):
     """tiny-a at r1 and r2 (the same weights), tiny-b (other weights), audited on 40 words in one root."""

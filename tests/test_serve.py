@@ -78,7 +78,9 @@ def test_serve_audits_new_checkpoint_and_alerts(tmp_path, prefect_api):
     root = tmp_path / "root"
     config = AuditsConfig.model_validate({
         "root": str(root),
-        "thresholds": {"default": 1e-6},  # any change between two different weight sets alerts
+        # any change between two different weight sets alerts: on 40 items none is beyond its paired interval,
+        # so the threshold alone decides (tests/test_compare_models.py checks the paired rule)
+        "thresholds": {"default": 1e-6, "require_significant": False},
         "watch": [{"name": "tiny", "checkpoints": str(ckpts), "probes": [str(probes)], "cron": "0 0 1 1 *"}],
     })
     cfg_path = tmp_path / "audits.yaml"
@@ -104,4 +106,8 @@ def test_serve_audits_new_checkpoint_and_alerts(tmp_path, prefect_api):
     assert counts == {"step-1": 40, "step-2": 40}
     alerts = con.execute("select previous_release, release, statistic, threshold from alerts").fetchall()
     assert alerts and all(a[:2] == ("step-1", "step-2") and a[3] == 1e-6 for a in alerts)
+    # the change's paired interval, where the paired comparison has the statistic (norm_vs_property has)
+    n, with_ci = con.execute("select count(*), count(ci_low) from alerts "
+                             "where analysis = 'norm_vs_property'").fetchall()[0]
+    assert n > 0 and with_ci == n
     assert not any(a[2].startswith("bin") for a in alerts)  # descriptive rows are not tracked

@@ -46,7 +46,12 @@ class WatchedModel(BaseModel):
 
 
 class AuditsConfig(BaseModel):
-    """The whole ``audits.yaml``: where results go, default thresholds, and the watched models."""
+    """The whole ``audits.yaml``: where results go, default thresholds, and the watched models.
+
+    ``thresholds`` (and a watched model's own) is :class:`~pipeline.analysis.compare.AlertThresholds`:
+    ``default``, ``per_statistic``, ``untracked`` and ``require_significant`` (true: a change alerts only
+    when its paired 95% interval excludes 0 as well; false: the threshold alone decides).
+    """
 
     model_config = ConfigDict(extra="forbid")
 

@@ -22,8 +22,11 @@ def compare(
         help="base release (default: the base model's latest finished audit)")] = None,
     root: Annotated[str | None, typer.Option(help="storage root URL")] = None,
     threshold: Annotated[float | None, typer.Option(help="release form: default threshold on |change| (0.1)")] = None,
+    require_significant: Annotated[bool, typer.Option(
+        help="release form: alert only when the change's paired 95% interval excludes 0")] = True,
     resamples: Annotated[int, typer.Option(min=1, help="paired bootstrap resamples")] = 1000,
-    seed: Annotated[int | None, typer.Option(help="paired bootstrap seed (default: the analyses' seed)")] = None,
+    seed: Annotated[int | None, typer.Option(
+        min=0, max=2**32 - 1, help="paired bootstrap seed (default: the analyses' seed)")] = None,
 ) -> None:
     """Compare two audited (model, release) pairs on the units both embedded, with paired 95% intervals.
 
@@ -32,6 +35,7 @@ def compare(
     ``comparisons``) and written as a page under <root>/reports/compare/.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from pipeline.analysis.compare import AlertThresholds, audited_release, compare_runs, previous_release
     from pipeline.analysis.comparison_page import render_comparison_page
@@ -59,10 +63,15 @@ def compare(
         raise typer.Exit(1) from exc
     other = (model, other_release)
     params = {} if seed is None else {"seed": seed}
-    frame = paired_comparison(con, base, other, resamples=resamples, **params)
+    try:
+        frame = paired_comparison(con, base, other, resamples=resamples, **params)
+    except ValueError as exc:  # e.g. a finished run whose embeddings are not under this root
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
     alerts = None
     if base[0] == other[0]:  # two releases of one model: the release thresholds apply
-        thresholds = AlertThresholds(default=threshold) if threshold is not None else AlertThresholds()
+        thresholds = AlertThresholds(require_significant=require_significant,
+                                     **({} if threshold is None else {"default": threshold}))
         base_run = audited_release(con, *base)[1]
         _, alert_rows = compare_runs(con, model, other_release, other_run, (base[1], base_run), thresholds, frame)
         alerts = alert_rows["message"].to_list()
@@ -74,7 +83,7 @@ def compare(
         console.print(table)
     typer.echo(_one_side_counts(frame, base, other))  # echo: a path or a count is never wrapped
     for msg in alerts or []:
-        console.print(f"[bold red]alert[/]: {msg}")
+        console.print(f"[bold red]alert[/]: {escape(msg)}")
     typer.echo(f"page: {page}")
     if alerts:
         raise typer.Exit(3)
