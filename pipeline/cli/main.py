@@ -175,7 +175,8 @@ def _print_summary(summary, timings: bool = False) -> None:
         for msg in summary.alerts["message"].to_list():
             console.print(f"[bold red]alert[/]: {msg}")
     elif summary.previous_release:
-        console.print(f"compared with release {summary.previous_release}: no statistic moved past its threshold")
+        console.print(f"compared with release {summary.previous_release}: no alert (no tracked statistic moved "
+                      "past its threshold beyond its paired 95% interval)")
     if timings:  # start-up phases, then what Prefect recorded: the run's total and each task's runs
         t = Table(title="timings (s)", caption="start-up measured by the CLI; the rest as Prefect recorded the run: "
                   "time running, summed over each task's runs")
