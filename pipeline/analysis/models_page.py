@@ -33,7 +33,7 @@ LABELS = {
     ("norm_vs_property", "partial_spearman_zipf"): "ρ | zipf",
     ("hypernym_pairs", "share_hyponym_norm_greater"): "share hyponym norm larger",
     ("hypernym_pairs", "share_hyponym_norm_greater_zipf_matched"): "same, zipf-matched pairs",
-    ("retrieval_calibration", "auroc_query_norm"): "AUROC(query norm) for success@1",
+    ("retrieval_calibration", "auroc_query_norm"): "AUROC(query norm) for",
     ("token_norm_vs_frequency", "spearman"): "token norm ρ with zipf",
 }
 RAW, PARTIAL = "#1f77b4", "#d62728"
@@ -41,7 +41,10 @@ RAW, PARTIAL = "#1f77b4", "#d62728"
 
 def _column(analysis: str, prop: str | None, statistic: str) -> str:
     label = LABELS.get((analysis, statistic), statistic)
-    return f"{prop} {label}" if analysis == "norm_vs_property" else label
+    if analysis == "norm_vs_property":
+        return f"{prop} {label}"
+    # one AUROC per outcome (success_at_1, success_at_10): the outcome names the column
+    return f"{label} {prop}" if analysis == "retrieval_calibration" else label
 
 
 def _link(href: str, text: str) -> Html:
