@@ -4,26 +4,15 @@
 -- w = the number of k in 0..9 with u >= floor(P(Poisson(1) <= k) * 2^32), u = mix32(mix32((seed * 2654435769
 -- + b) mod 2^32) xor pos), mix32 the lowbias32 hash. Weights depend on (seed, b, pos) alone, so both sides of
 -- a comparison, and every probe set, read the same rows: one table of positions 0 .. $n_positions - 1.
--- params:  $seed (0 <= seed < 2^32), $first_resample (>= 0), $batch_resamples (>= 1), $n_positions (>= 1)
+-- Input: bootstrap_replicate_keys (bootstrap_replicate_keys.sql, staged for the batch's replicates)
+-- params:  $n_positions (>= 1)
 -- columns: b, pos, w (rows with w = 0 left out)
 with
-
-replicate_keys as (
-    select
-        b,
-        ((($seed::ubigint % 4294967296) * 2654435769 + b::ubigint) % 4294967296)::ubigint as k0,
-        xor(k0, k0 >> 16) as k1,
-        (k1 * 2146121005) % 4294967296 as k2,
-        xor(k2, k2 >> 15) as k3,
-        (k3 * 2221713035) % 4294967296 as k4,
-        xor(k4, k4 >> 16) as key
-    from range($first_resample, $first_resample + $batch_resamples) as t(b)
-),
 
 -- each step of the hash is its own CTE (a select-list alias naming another is inlined, evaluated per reference)
 mix_0 as (
     select r.b, p.pos, xor(r.key, (p.pos & 4294967295)::ubigint) as h
-    from replicate_keys as r
+    from bootstrap_replicate_keys as r
     cross join range($n_positions) as p(pos)
 ),
 mix_1 as (select b, pos, xor(h, h >> 16) as h from mix_0),

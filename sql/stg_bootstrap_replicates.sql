@@ -18,8 +18,8 @@
 -- per value (the value's weight gives its rank, as n_tokens and zipf); one with many is sorted per replicate.
 -- A sorted rank is the running weight through its tie group less half the group's weight beyond one: the
 -- group's weight is summed apart, and only for the items the staging marks as tied (norm_tied, value_count).
--- params:  $seed (0 <= seed < 2^32), $first_resample (>= 0), $batch_resamples (>= 1); the scope is that of
---          stg_analysis_values
+-- Input: bootstrap_replicate_keys (bootstrap_replicate_keys.sql, staged for the batch: the keys above).
+-- params:  $first_resample (>= 0), $batch_resamples (>= 1); the scope is that of stg_analysis_values
 -- columns: probe_set, property, statistic, b (the replicate), value (null or not finite where undefined)
 with
 
@@ -92,15 +92,7 @@ item_set_members as not materialized (
 -- the batch's replicates: b numbers the replicate (its weights hash from it), i its place in the batch (the
 -- integer keys below combine it with item set and sample ids)
 replicate_keys as (
-    select
-        b, b - $first_resample as i,
-        ((($seed::ubigint % 4294967296) * 2654435769 + b::ubigint) % 4294967296)::ubigint as k0,
-        xor(k0, k0 >> 16) as k1,
-        (k1 * 2146121005) % 4294967296 as k2,
-        xor(k2, k2 >> 15) as k3,
-        (k3 * 2221713035) % 4294967296 as k4,
-        xor(k4, k4 >> 16) as key
-    from range($first_resample, $first_resample + $batch_resamples) as t(b)
+    select b, b - $first_resample as i, key from bootstrap_replicate_keys
 ),
 
 -- the rows whose replicate weights are hashed: every item of an item set (its ranks come from them), and the

@@ -15,9 +15,10 @@ import re
 import duckdb
 
 from pipeline.analysis.retrieval import register_retrieval_tables
-from pipeline.analysis.sql import load_sql
+from pipeline.analysis.sql import ensure_staging_of, load_sql, stage_replicate_keys
 
-# (analysis, the query of its units or None where Python registers them, the query of its statistics)
+# (analysis, the query of one side's units or None where Python registers them, the query of its statistics).
+# A units query reads the audit's staging of that analysis (sql/stg_*.sql), built per side.
 UNIT_ANALYSES = (
     ("hypernym_pairs", "paired_hypernym_units", "paired_hypernym_pairs"),
     ("token_norm_vs_frequency", "paired_token_units", "paired_token_norm_vs_frequency"),
@@ -78,9 +79,7 @@ def compare_units(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
     for analysis, units_query, stats_query in UNIT_ANALYSES:
         raw = f"paired_{analysis}_raw"
         if units_query:
-            _execute(con, f"create or replace temp table {raw} as select * from", units_query, params)
-            if base == other:
-                con.execute(f"delete from {raw} where side = 1")
+            _side_units(con, raw, units_query, base, other, params)
         table = f"paired_{analysis}_units"
         _execute(con, f"create or replace temp table {table} as select * from", "paired_positions",
                  {"units": raw, "n_sides": len(sides(base, other))})
@@ -92,6 +91,16 @@ def compare_units(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
     # counted over the whole of both sides: the items one side embedded alone
     for counts in ("paired_unit_counts", "paired_retrieval_counts"):
         _execute(con, "insert into paired_counts select * from", counts, params)
+
+
+def _side_units(con: duckdb.DuckDBPyConnection, raw: str, units_query: str, base: tuple[str, str],
+                other: tuple[str, str], params: dict) -> None:
+    """Each side's rows of ``units_query`` into temporary table ``raw``, the staging it reads built for that side."""
+    sql = load_sql(units_query)
+    for side, (model, release) in sides(base, other):
+        ensure_staging_of(con, sql, model, release)
+        verb = f"create or replace temp table {raw} as" if side == 0 else f"insert into {raw}"
+        _execute(con, f"{verb} select * from", units_query, {**params, "side": side})
 
 
 def _bootstrap(con: duckdb.DuckDBPyConnection, table: str, stats_query: str, bound: dict) -> None:
@@ -108,7 +117,7 @@ def _bootstrap(con: duckdb.DuckDBPyConnection, table: str, stats_query: str, bou
     resamples = bound["resamples"]
     batch = max(1, min(resamples, min(BATCH_UNIT_ROWS, bound["bootstrap_batch_rows"]) // n_rows))
     for first in range(0, resamples, batch):
-        _execute(con, "create or replace temp table paired_weights as select * from", "paired_weights", {
-            "seed": bound["seed"], "first_resample": first, "batch_resamples": min(batch, resamples - first),
-            "n_positions": n_positions})
+        stage_replicate_keys(con, bound["seed"], first, min(batch, resamples - first))
+        _execute(con, "create or replace temp table paired_weights as select * from", "paired_weights",
+                 {"n_positions": n_positions})
         _execute(con, f"insert into paired_replicates select {columns}, b, value from", stats_query, {})

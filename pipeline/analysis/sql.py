@@ -12,9 +12,13 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-# Staging queries, materialized once per connection and scope for every query that names them
-# (norm_vs_property, norm_by_bin and the bootstrap replicates read stg_analysis_values and stg_analysis_groups).
-STAGING = ("stg_analysis_groups", "stg_analysis_values")
+# Staging queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
+ANALYSIS_STAGING = ("stg_analysis_groups", "stg_analysis_values")
+# Staging queries, materialized once per connection and scope for every query that names them. The units of
+# hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
+STAGING = (*ANALYSIS_STAGING, "stg_hypernym_pairs", "stg_token_words")
+# Each batch's replicate keys (the audit's bootstrap and a paired comparison's weights): see stage_replicate_keys.
+REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
 # resamples) in batches of replicates: see ensure_bootstrap_replicates.
 BOOTSTRAP = "stg_bootstrap_replicates"
@@ -94,7 +98,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
     scope = f"seed={seed} resamples={resamples}"
     if staged_for(con, BOOTSTRAP) == (model, release, scope):
         return
-    for table in STAGING:
+    for table in ANALYSIS_STAGING:
         ensure_staged(con, table, model, release)
     value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
     batch = max(1, min(resamples, bootstrap_batch_rows // max(value_rows, 1)))
@@ -102,10 +106,27 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
     con.execute(f"drop table if exists {BOOTSTRAP}")
     with _any_row_order(con):
         for first in range(0, resamples, batch):
-            params = {"seed": seed, "first_resample": first, "batch_resamples": min(batch, resamples - first)}
+            params = {"first_resample": first, "batch_resamples": min(batch, resamples - first)}
+            stage_replicate_keys(con, seed, **params)
             verb = f"create temp table {BOOTSTRAP} as" if first == 0 else f"insert into {BOOTSTRAP}"
             con.execute(f"{verb} {sql}", _bind(sql, params))
     record_staged(con, BOOTSTRAP, model, release, scope)
+
+
+def stage_replicate_keys(con: duckdb.DuckDBPyConnection, seed: int, first_resample: int,
+                         batch_resamples: int) -> None:
+    """Stage ``sql/bootstrap_replicate_keys.sql`` as a temporary table of that name for replicates
+    ``first_resample`` .. ``first_resample + batch_resamples - 1``: the keys their weights are hashed from."""
+    sql = load_sql(REPLICATE_KEYS)
+    params = {"seed": seed, "first_resample": first_resample, "batch_resamples": batch_resamples}
+    con.execute(f"create or replace temp table {REPLICATE_KEYS} as {sql}", _bind(sql, params))
+
+
+def ensure_staging_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str) -> None:
+    """Build the staging tables (:data:`STAGING`) that query text ``sql`` names, for ``model`` and ``release``."""
+    for table in STAGING:
+        if re.search(rf"\b{table}\b", sql):
+            ensure_staged(con, table, model, release)
 
 
 def _at_least_one(name: str, value: object, example: str) -> int:
@@ -150,9 +171,8 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFra
     one reading the bootstrap replicates (:data:`BOOTSTRAP`) gets them for its ``resamples`` and ``seed`` too.
     """
     sql = load_sql(name)
-    for table in STAGING:
-        if re.search(rf"\b{table}\b", sql):
-            ensure_staged(con, table, params["model"], params["release"])
+    if any(re.search(rf"\b{table}\b", sql) for table in STAGING):
+        ensure_staging_of(con, sql, params["model"], params["release"])
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
     return con.sql(sql, params=_bind(sql, params)).pl()
