@@ -153,7 +153,10 @@ def test_truncated_piece_is_refused_naming_its_package(installed):
 def test_deleted_piece_file_is_refused_naming_its_package(installed):
     site, cache, sha = installed
     (site / "fake-tiny-part_001/input/tiny.zip.001").unlink()
-    with pytest.raises(ModelIntegrityError, match="is missing") as err:
+    # Which check catches it depends on whether the distribution's file list still names the deleted file:
+    # Python 3.11's importlib.metadata does ("is missing"), newer importlib_metadata drops it ("found none",
+    # seen once in a full suite run). Either way the package and its reinstall command are named.
+    with pytest.raises(ModelIntegrityError, match="is missing|found none") as err:
         resolve_model(_spec(sha))
     assert "pip install --force-reinstall fake-tiny-part-001==0.0.1" in str(err.value)
     assert _leftovers(cache) == []
