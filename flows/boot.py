@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -56,7 +57,7 @@ SERVER_SETTINGS = {
     **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
         "SCHEDULER", "LATE_RUNS", "FOREMAN", "CANCELLATION_CLEANUP", "PAUSE_EXPIRATIONS", "REPOSSESSOR",
         "CLEANUP_RECONCILER", "TRIGGERS")},
-    "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",  # its warnings are not the run's; errors still reach stderr
+    "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",  # its warnings are not the run's; errors go to its error file
     "PREFECT_CLI_PROMPT": "false",  # `prefect server start` may otherwise offer to edit the user's profiles
 }
 
@@ -68,6 +69,7 @@ class TemporaryAPI:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the server runs)
         self.process = subprocess.Popen(
             # under flows.parent_watch: the server stops when this process is gone, even after a SIGKILL
             [sys.executable, "-m", "flows.parent_watch", str(os.getpid()),
@@ -75,6 +77,10 @@ class TemporaryAPI:
             env={**os.environ, **SERVER_SETTINGS},
             # its banner ("Configure Prefect to communicate with the server ...") is not for this run's user
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            # Its errors go to a file, not the run's console: a Ctrl-C drops the run's open requests, and the
+            # server logs each dropped database session with a traceback (a CI run caught one). The file's
+            # tail is shown if the server fails to start.
+            stderr=self._errors,
             # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) must not stop the
             # API under the run, which still records its end there; this process stops it afterwards.
             process_group=0,
@@ -97,6 +103,7 @@ class TemporaryAPI:
                 raise RuntimeError(
                     f"the temporary Prefect API exited with code {self.process.returncode} before it was ready; "
                     "run `prefect server start` to see why, or set PREFECT_API_URL to a running server."
+                    f"{self.error_tail()}"
                 )
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
@@ -110,6 +117,13 @@ class TemporaryAPI:
                     ) from None
                 time.sleep(0.05)
         return self.url
+
+    def error_tail(self, size: int = 2000) -> str:
+        """The end of what the server wrote to stderr, as a paragraph to append to a message ('' if none)."""
+        self._errors.seek(0, os.SEEK_END)
+        self._errors.seek(max(0, self._errors.tell() - size))
+        tail = self._errors.read().decode(errors="replace").strip()
+        return f"\nIts last output:\n{tail}" if tail else ""
 
     def stop(self) -> None:
         self.stopping = True
