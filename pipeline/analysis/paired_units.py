@@ -10,12 +10,10 @@ draws as the audit's bootstrap does. Units one side has alone are only counted.
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 
 from pipeline.analysis.retrieval import register_retrieval_tables
-from pipeline.analysis.sql import ensure_staging_of, load_sql, stage_replicate_keys
+from pipeline.analysis.sql import bind_params, ensure_staging_of, load_sql, stage_replicate_keys
 
 # (analysis, the query of one side's units or None where Python registers them, the query of its statistics).
 # A units query reads the audit's staging of that analysis (sql/stg_*.sql), built per side.
@@ -53,8 +51,7 @@ def mirror_self(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: tu
 def _execute(con: duckdb.DuckDBPyConnection, prefix: str, name: str, params: dict) -> None:
     """``prefix`` followed by ``(sql/<name>.sql)``, e.g. ``insert into t select * from``; parameters bound by name."""
     sql = load_sql(name)
-    named = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    con.execute(f"{prefix} ({sql})", {k: v for k, v in params.items() if k in named})
+    con.execute(f"{prefix} ({sql})", bind_params(sql, params))
 
 
 def register_retrieval_units(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: tuple[str, str]) -> None:

@@ -52,7 +52,8 @@ def load_sql(name: str) -> str:
     return path.read_text()
 
 
-def _bind(sql: str, params: dict) -> dict:
+def bind_params(sql: str, params: dict) -> dict:
+    """The entries of ``params`` that ``sql`` names as ``$name`` (DuckDB refuses unused parameters)."""
     named = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
     return {k: v for k, v in params.items() if k in named}
 
@@ -67,7 +68,8 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
         return
     sql = load_sql(name)
     with _any_row_order(con):
-        con.execute(f"create or replace temp table {name} as {sql}", _bind(sql, {"model": model, "release": release}))
+        params = bind_params(sql, {"model": model, "release": release})
+        con.execute(f"create or replace temp table {name} as {sql}", params)
     record_staged(con, name, model, release)
 
 
@@ -109,7 +111,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
             params = {"first_resample": first, "batch_resamples": min(batch, resamples - first)}
             stage_replicate_keys(con, seed, **params)
             verb = f"create temp table {BOOTSTRAP} as" if first == 0 else f"insert into {BOOTSTRAP}"
-            con.execute(f"{verb} {sql}", _bind(sql, params))
+            con.execute(f"{verb} {sql}", bind_params(sql, params))
     record_staged(con, BOOTSTRAP, model, release, scope)
 
 
@@ -119,7 +121,7 @@ def stage_replicate_keys(con: duckdb.DuckDBPyConnection, seed: int, first_resamp
     ``first_resample`` .. ``first_resample + batch_resamples - 1``: the keys their weights are hashed from."""
     sql = load_sql(REPLICATE_KEYS)
     params = {"seed": seed, "first_resample": first_resample, "batch_resamples": batch_resamples}
-    con.execute(f"create or replace temp table {REPLICATE_KEYS} as {sql}", _bind(sql, params))
+    con.execute(f"create or replace temp table {REPLICATE_KEYS} as {sql}", bind_params(sql, params))
 
 
 def ensure_staging_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str) -> None:
@@ -175,4 +177,4 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFra
         ensure_staging_of(con, sql, params["model"], params["release"])
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
-    return con.sql(sql, params=_bind(sql, params)).pl()
+    return con.sql(sql, params=bind_params(sql, params)).pl()
