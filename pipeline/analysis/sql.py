@@ -12,15 +12,17 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from pipeline.analysis.bootstrap import stage_replicates
+
 # Staging queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
 ANALYSIS_STAGING = ("stg_analysis_groups", "stg_analysis_values")
 # Staging queries, materialized once per connection and scope for every query that names them. The units of
 # hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
 STAGING = (*ANALYSIS_STAGING, "stg_hypernym_pairs", "stg_token_words")
-# Each batch's replicate keys (the audit's bootstrap and a paired comparison's weights): see stage_replicate_keys.
+# Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
 REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
-# resamples) in batches of replicates: see ensure_bootstrap_replicates.
+# resamples) in batches of replicates by pipeline/analysis/bootstrap.py: see ensure_bootstrap_replicates.
 BOOTSTRAP = "stg_bootstrap_replicates"
 # Parameters of the queries, bound where a query names them; callers may override any of them.
 DEFAULT_PARAMS = {
@@ -88,7 +90,8 @@ def _any_row_order(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, release: str, resamples: int,
                                 seed: int, bootstrap_batch_rows: int = DEFAULT_PARAMS["bootstrap_batch_rows"],
                                 **_: object) -> None:
-    """Stage the bootstrap replicates of ``sql/stg_bootstrap_replicates.sql`` as a temporary table.
+    """Stage the bootstrap replicates of norm_vs_property (:mod:`pipeline.analysis.bootstrap`, which defines
+    the method) as temporary table :data:`BOOTSTRAP`, from the staged :data:`ANALYSIS_STAGING` tables.
 
     Once per connection and (model, release, seed, resamples), in batches of replicates: a batch holds at
     most ``bootstrap_batch_rows`` (staged value row x replicate) pairs, so memory stays bounded however
@@ -104,14 +107,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
         ensure_staged(con, table, model, release)
     value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
     batch = max(1, min(resamples, bootstrap_batch_rows // max(value_rows, 1)))
-    sql = load_sql(BOOTSTRAP)
-    con.execute(f"drop table if exists {BOOTSTRAP}")
-    with _any_row_order(con):
-        for first in range(0, resamples, batch):
-            params = {"first_resample": first, "batch_resamples": min(batch, resamples - first)}
-            stage_replicate_keys(con, seed, **params)
-            verb = f"create temp table {BOOTSTRAP} as" if first == 0 else f"insert into {BOOTSTRAP}"
-            con.execute(f"{verb} {sql}", bind_params(sql, params))
+    stage_replicates(con, BOOTSTRAP, seed, resamples, batch)
     record_staged(con, BOOTSTRAP, model, release, scope)
 
 

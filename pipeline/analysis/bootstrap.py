@@ -1,0 +1,347 @@
+"""The bootstrap replicates of norm_vs_property: each replicate's statistics, computed with numpy.
+
+``norm_vs_property_ci.sql`` takes its intervals from them, and a paired comparison its per-replicate
+differences (:mod:`pipeline.analysis.paired`). :func:`stage_replicates` reads the staged rows of
+``stg_analysis_values`` / ``stg_analysis_groups`` and writes table ``stg_bootstrap_replicates`` (columns
+probe_set, property, statistic, b, value; value NaN or infinite where a statistic is undefined).
+
+Method: Poisson bootstrap, seeded. In replicate b every item gets a weight w ~ Poisson(1) (capped at 10;
+P(w > 10) = 1e-8) and appears w times in the resample; all properties of a probe set share the replicate's
+weights, so a replicate is one resample of items. Each replicate statistic is computed as on the full sample,
+average ranks recomputed over the resample (an item's w copies form one tie group: the same as numpy.repeat
+then scipy.stats.spearmanr).
+Weights are reproducible anywhere: u = mix32(mix32((seed * 2654435769 + b) mod 2^32) xor pos), where pos is
+the item's 0-based position among its probe set's embedded items ordered by item_id, and mix32 is the
+"lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16,
+mod 2^32); w = the number of k in 0..9 with u >= floor(P(Poisson(1) <= k) * 2^32).
+``sql/bootstrap_replicate_keys.sql`` (the keys mix32(...) of a batch) and ``sql/paired_weights.sql`` (the
+weights of a paired comparison's units) hash the same numbers in SQL.
+
+Samples and statistics are those of ``norm_vs_property.sql``: per (probe set, property) the items with the
+property (spearman, pearson_log_norm, partial_spearman_n_tokens where n_tokens varies, partial_spearman_zipf
+where every item has a zipf), and, where only some have a zipf, the items that do (partial_spearman_zipf).
+
+Cost: no sort per replicate. The order of every variable over a sample is that of the full sample, so an
+item's weighted average rank in a replicate is the running weight through its tie group, less half the
+group's weight beyond one: a cumulative sum in the fixed order (items are kept in norm order, so norm's needs
+no reordering), or for a variable with few distinct values the running sum of its per-value weights. Ranks
+are centred on their exact mean (resample size + 1) / 2 and the correlations are weighted central moments.
+Weights and ranks are whole and half-whole numbers, exact in float64.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import polars as pl
+
+# floor(P(Poisson(1) <= k) * 2^32), k = 0..9: a weight is how many of them its hash reaches
+THRESHOLDS = np.array([1580030168, 3160060337, 3950075421, 4213413783, 4279248373, 4292415291, 4294609777,
+                       4294923276, 4294962463, 4294966817], dtype=np.uint32)
+# (replicate x item) cells computed at once. Small enough for the CPU's caches (a float64 array of a chunk is
+# 512 KiB): measured on 2 cores, 1 << 22 (32 MiB arrays) was 3x slower. Replicates are independent: chunks change
+# only the cost, and an item set larger than this is computed one replicate at a time.
+CHUNK_CELLS = 1 << 16
+TABLE_SCHEMA = "probe_set varchar, property varchar, statistic varchar, b bigint, value double"
+
+
+class Buffers:
+    """(replicate x item) arrays reused by name from chunk to chunk: a fresh array of a chunk's size costs more
+    in page faults than the arithmetic done in it (measured 4x for a multiplication)."""
+
+    def __init__(self) -> None:
+        self._pool: dict[tuple[str, str], np.ndarray] = {}
+
+    def __call__(self, name: str, shape: tuple[int, int], dtype: type = np.float64) -> np.ndarray:
+        size = shape[0] * shape[1]
+        key = (name, np.dtype(dtype).str)
+        if key not in self._pool or self._pool[key].size < size:
+            self._pool[key] = np.empty(max(size, CHUNK_CELLS), dtype)
+        return self._pool[key][:size].reshape(shape)
+
+
+def mix32(x: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """The lowbias32 integer hash of each element of a uint32 array, in place (arithmetic mod 2^32)."""
+    scratch = np.empty_like(x) if scratch is None else scratch
+    for shift, factor in ((16, 0x7FEB352D), (15, 0x846CA68B), (16, None)):
+        np.right_shift(x, np.uint32(shift), out=scratch)
+        x ^= scratch
+        if factor is not None:
+            x *= np.uint32(factor)
+    return x
+
+
+def replicate_keys(seed: int, first: int, count: int) -> np.ndarray:
+    """The hash keys of replicates first .. first + count - 1 (as ``sql/bootstrap_replicate_keys.sql``)."""
+    b = np.arange(first, first + count, dtype=np.uint64)
+    return mix32(((np.uint64(seed % 2**32) * np.uint64(2654435769) + b) % np.uint64(2**32)).astype(np.uint32))
+
+
+def poisson_weights(keys: np.ndarray, positions: np.ndarray, buffers: Buffers | None = None) -> np.ndarray:
+    """Weights (len(keys) x len(positions), float64) of the items at 0-based ``positions`` in each replicate."""
+    buffers = Buffers() if buffers is None else buffers
+    shape = (len(keys), len(positions))
+    h = np.bitwise_xor(keys[:, None], positions.astype(np.uint32)[None, :], out=buffers("hash", shape, np.uint32))
+    mix32(h, buffers("hash_scratch", shape, np.uint32))
+    count, reached = buffers("count", shape, np.uint8), buffers("reached", shape, np.bool_)
+    count[:] = 0
+    for threshold in THRESHOLDS:
+        count += np.greater_equal(h, threshold, out=reached)
+    w = buffers("w", shape)
+    w[:] = count
+    return w
+
+
+@dataclass
+class _Order:
+    """A variable's fixed order over an item set, from which its weighted ranks in any replicate follow.
+
+    A rank is the running weight through the item's tie group less (the group's weight - 1) / 2, i.e. (the
+    running weight before the group + the running weight through it + 1) / 2. The running weights are a
+    cumulative sum of the weights in value order or, for few distinct values, of per-value sums (no
+    reordering). Norm's items are already in value order.
+    """
+
+    codes: np.ndarray  # dense code of each item's value, in the item set's order (equal values share one)
+    n_codes: int
+    counted: bool  # few distinct values: per-value sums
+    perm: np.ndarray | None = None  # the items in value order; None: already in it (norm)
+    ends: np.ndarray | None = None  # last index (in value order) of each tie group; None: no ties
+    _flat: dict[int, np.ndarray] = field(default_factory=dict)  # per chunk size: replicate * n_codes + code
+
+    @classmethod
+    def of(cls, values: np.ndarray, presorted: bool = False) -> _Order:
+        uniq, codes = np.unique(values, return_inverse=True)
+        n = len(values)
+        order = cls(codes=codes.reshape(-1), n_codes=len(uniq), counted=not presorted and len(uniq) * 8 <= n)
+        if not order.counted:
+            order.perm = None if presorted else np.argsort(order.codes, kind="stable")
+            if order.n_codes < n:
+                ranked = order.codes if presorted else order.codes[order.perm]
+                order.ends = np.flatnonzero(np.diff(ranked, append=order.n_codes))
+        return order
+
+    def centred_ranks(self, w: np.ndarray, size: np.ndarray, out: np.ndarray, buffers: Buffers) -> np.ndarray:
+        """Into ``out``: each item's weighted average rank in each replicate (a row of ``w``) less the
+        replicate's mean rank (``size`` + 1) / 2, i.e. (before + through - size) / 2 (half-whole numbers,
+        exact in float64 in any order of the steps)."""
+        rows = len(w)
+        if self.counted:
+            per_value = np.bincount(self._flat_codes(rows), weights=w.ravel(), minlength=rows * self.n_codes)
+            through = np.cumsum(per_value.reshape(rows, self.n_codes), axis=1)
+        else:
+            ws = w if self.perm is None else np.take(w, self.perm, axis=1, out=buffers("sorted", w.shape), mode="clip")
+            through = np.cumsum(ws, axis=1, out=out if self.perm is None and self.ends is None else
+                                buffers("through", w.shape))
+            if self.ends is None:  # a group is an item: before = through - w
+                through += through
+                through -= ws
+                through -= size
+                through *= 0.5
+                return through if through is out else np.take(through, self.codes, axis=1, out=out, mode="clip")
+            through = np.take(through, self.ends, axis=1)
+        table = np.empty_like(through)
+        table[:, 0] = through[:, 0]
+        np.add(through[:, 1:], through[:, :-1], out=table[:, 1:])
+        table -= size
+        table *= 0.5
+        return np.take(table, self.codes, axis=1, out=out, mode="clip")
+
+    def _flat_codes(self, rows: int) -> np.ndarray:
+        if rows not in self._flat:
+            self._flat[rows] = (np.arange(rows)[:, None] * self.n_codes + self.codes[None, :]).ravel()
+        return self._flat[rows]
+
+
+@dataclass
+class _Sample:
+    """One sample of a (probe set, property): its value order and the statistics it gives."""
+
+    probe_set: str
+    property: str
+    statistics: tuple[str, ...]
+    value: _Order
+    x_value: np.ndarray | None  # value less its mean over the sample (Pearson), None where not needed
+
+
+@dataclass
+class _ItemSet:
+    """Items of one probe set that one or more samples share, in norm order, with their fixed orders."""
+
+    positions: np.ndarray  # uint32: each item's position in its probe set (its weights hash from it)
+    norm: _Order
+    x_log_norm: np.ndarray  # ln(norm) less its mean over the item set
+    n_tokens: np.ndarray
+    zipf: np.ndarray
+    static: np.ndarray | None = None  # rows 1, x_log_norm, x_log_norm^2, and per Pearson sample x, x^2, x * x_log_norm
+    tokens: _Order | None = None  # built where a sample needs it
+    zipf_order: _Order | None = None
+    samples: list[_Sample] = field(default_factory=list)
+
+
+def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
+    """The samples of the staged rows (``stg_analysis_values`` / ``stg_analysis_groups`` on ``con``),
+    grouped by item set: the samples of ``norm_vs_property.sql``."""
+    names = {key: (probe_set, prop, set_id) for key, probe_set, prop, set_id in con.execute(
+        "select group_key, probe_set, property, set_id from stg_analysis_groups").fetchall()}
+    rows = con.execute(
+        "select group_key, pos, value, norm, n_tokens, zipf is not null as has_zipf, coalesce(zipf, 0) as zipf, "
+        "d_norm from stg_analysis_values order by group_key, pos").fetchnumpy()
+    rows = {k: np.asarray(v) for k, v in rows.items()}
+    starts = np.flatnonzero(np.diff(rows["group_key"], prepend=~rows["group_key"][:1])) if len(rows["pos"]) else []
+    bounds = dict(zip(rows["group_key"][starts].tolist(), zip(starts, [*starts[1:], len(rows["pos"])],
+                                                              strict=True), strict=True))
+    sets: dict[tuple[int, bytes], _ItemSet] = {}
+    for key in sorted(bounds, key=lambda k: names[k][:2]):
+        probe_set, prop, set_id = names[key]
+        part = {k: v[slice(*bounds[key])] for k, v in rows.items()}
+        n_items, with_zipf = len(part["pos"]), part["has_zipf"]
+        zipf_control = prop != "zipf" and with_zipf.any()
+        statistics = ["spearman", "pearson_log_norm"]
+        if part["n_tokens"].min() < part["n_tokens"].max():
+            statistics.append("partial_spearman_n_tokens")
+        if zipf_control and with_zipf.all():
+            statistics.append("partial_spearman_zipf")
+        samples = [(np.ones(n_items, dtype=bool), tuple(statistics))]
+        if zipf_control and not with_zipf.all():
+            samples.append((with_zipf, ("partial_spearman_zipf",)))
+        for keep, stats in samples:
+            items = {k: v[keep] for k, v in part.items()}
+            set_key = (set_id, items["pos"].tobytes())
+            if set_key not in sets:
+                sets[set_key] = _item_set(items)
+            item_set = sets[set_key]
+            in_norm_order = np.argsort(items["d_norm"], kind="stable")
+            value = items["value"][in_norm_order]
+            pearson = "pearson_log_norm" in stats
+            item_set.samples.append(_Sample(probe_set, prop, stats, _Order.of(value),
+                                            value - value.mean() if pearson else None))
+            if "partial_spearman_n_tokens" in stats and item_set.tokens is None:
+                item_set.tokens = _Order.of(item_set.n_tokens)
+            if "partial_spearman_zipf" in stats and item_set.zipf_order is None:
+                item_set.zipf_order = _Order.of(item_set.zipf)
+    for item_set in sets.values():
+        xl = item_set.x_log_norm
+        x = [s.x_value for s in item_set.samples if s.x_value is not None]
+        item_set.static = np.stack([np.ones_like(xl), xl, xl * xl, *(c for v in x for c in (v, v * v, xl * v))])
+    return list(sets.values())
+
+
+def _item_set(items: dict[str, np.ndarray]) -> _ItemSet:
+    in_norm_order = np.argsort(items["d_norm"], kind="stable")
+    log_norm = np.log(items["norm"][in_norm_order])
+    return _ItemSet(positions=items["pos"][in_norm_order].astype(np.uint32),
+                    norm=_Order.of(items["d_norm"][in_norm_order], presorted=True),
+                    x_log_norm=log_norm - log_norm.mean(), n_tokens=items["n_tokens"][in_norm_order],
+                    zipf=items["zipf"][in_norm_order])
+
+
+def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", a, b)
+
+
+def _correlation(sab: np.ndarray, saa: np.ndarray, sbb: np.ndarray) -> np.ndarray:
+    return sab / np.sqrt(saa * sbb)
+
+
+def _partial(r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray) -> np.ndarray:
+    return (r_xy - r_xz * r_yz) / np.sqrt((1 - r_xz * r_xz) * (1 - r_yz * r_yz))
+
+
+def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
+                         buffers: Buffers | None = None) -> Iterator[tuple[_Sample, str, np.ndarray]]:
+    """(sample, statistic, its value in each replicate) for the replicates of ``keys`` (replicate_keys)."""
+    buffers = Buffers() if buffers is None else buffers
+    w = poisson_weights(keys, item_set.positions, buffers)
+    shape = w.shape
+    size = w.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # centred ranks (their weighted sums are 0), so the weighted sums of products are central moments
+        r_norm = item_set.norm.centred_ranks(w, size, buffers("r_norm", shape), buffers)
+        w_norm = np.multiply(w, r_norm, out=buffers("w_norm", shape))
+        snn = _rowdot(w_norm, r_norm)
+        w_value = buffers("w_value", shape)
+        controls = {}
+        for name, order in (("n_tokens", item_set.tokens), ("zipf", item_set.zipf_order)):
+            if order is not None:
+                r = order.centred_ranks(w, size, buffers(f"r_{name}", shape), buffers)
+                scc = _rowdot(np.multiply(w, r, out=w_value), r)
+                controls[name] = (r, scc, _correlation(_rowdot(w_norm, r), snn, scc))
+        # the weighted sums of fixed per-item numbers: sw, sl, sll, then per sample with a Pearson statistic
+        # its sx, sxx, slx (einsum, not a BLAS product: a product's threads spin on a busy machine, measured 20x
+        # slower on 2 shared cores, and its sums could depend on the chunk's shape)
+        static = np.einsum("ij,kj->ik", w, item_set.static)
+        sw, sl, sll = static[:, 0], static[:, 1], static[:, 2]
+        at = 3
+        r_value = buffers("r_value", shape)
+        for sample in item_set.samples:
+            sample.value.centred_ranks(w, size, r_value, buffers)
+            np.multiply(w, r_value, out=w_value)
+            svv = _rowdot(w_value, r_value)
+            r_nv = _correlation(_rowdot(w_norm, r_value), snn, svv)
+            for statistic in sample.statistics:
+                if statistic == "spearman":
+                    yield sample, statistic, r_nv
+                elif statistic == "pearson_log_norm":
+                    sx, sxx, slx = static[:, at], static[:, at + 1], static[:, at + 2]
+                    at += 3
+                    yield sample, statistic, (sw * slx - sl * sx) / np.sqrt((sw * sll - sl * sl) * (sw * sxx - sx * sx))
+                else:
+                    r_control, scc, r_nc = controls[statistic.removeprefix("partial_spearman_")]
+                    yield sample, statistic, _partial(r_nv, r_nc, _correlation(_rowdot(w_value, r_control), svv, scc))
+
+
+def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resamples: int,
+                     batch_resamples: int, threads: int | None = None) -> None:
+    """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
+    0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
+    replicates (and :data:`CHUNK_CELLS` replicate x item cells) at a time, chunks on ``threads`` threads
+    (default: the CPUs, at most 4): a replicate's values depend neither on the batching nor on the threads."""
+    sets = item_sets(con)
+    largest = max((len(s.positions) for s in sets), default=1)
+    chunk = max(1, min(batch_resamples, CHUNK_CELLS // largest))
+    local = threading.local()
+
+    def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]:
+        if not hasattr(local, "buffers"):
+            local.buffers = Buffers()
+        keys = replicate_keys(seed, start, count)
+        b = np.arange(start, start + count, dtype=np.int64)
+        return [((sample.probe_set, sample.property, statistic), value, b) for item_set in sets
+                for sample, statistic, value in replicate_statistics(item_set, keys, local.buffers)]
+
+    con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
+    # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
+    with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 1)) as pool:
+        for first in range(0, resamples, batch_resamples):
+            last = min(first + batch_resamples, resamples)
+            starts = range(first, last, chunk)
+            rows = [r for part in pool.map(chunk_rows, starts, [min(chunk, last - s) for s in starts]) for r in part]
+            if rows:
+                _insert(con, table, rows)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str,
+            rows: list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]) -> None:
+    # polars frames, not Arrow tables: DuckDB imports pandas (~0.7 s) to scan the latter, not the former. The
+    # names are joined in by number: one string per (sample, statistic), not per replicate
+    names = pl.DataFrame([(i, *name) for i, (name, _, _) in enumerate(rows)], orient="row",
+                         schema={"which": pl.Int32, "probe_set": pl.String, "property": pl.String,
+                                 "statistic": pl.String})
+    values = pl.DataFrame({
+        "which": np.repeat(np.arange(len(rows), dtype=np.int32), [len(value) for _, value, _ in rows]),
+        "b": np.concatenate([b for _, _, b in rows]), "value": np.concatenate([value for _, value, _ in rows])})
+    con.register("bootstrap_replicate_names", names)
+    con.register("bootstrap_replicate_values", values)
+    try:
+        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value "
+                    "from bootstrap_replicate_values as v inner join bootstrap_replicate_names as n using (which)")
+    finally:
+        con.unregister("bootstrap_replicate_names")
+        con.unregister("bootstrap_replicate_values")
