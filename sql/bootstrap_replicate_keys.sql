@@ -1,8 +1,9 @@
 -- bootstrap_replicate_keys: the hash key of each bootstrap replicate of one batch, from which the replicate's
 -- Poisson weights are hashed: key = mix32((seed * 2654435769 + b) mod 2^32), mix32 the "lowbias32" integer hash
 -- (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16, mod 2^32).
--- pipeline/analysis/sql.py stages it as a temporary table of this name before each batch: the audit's
--- stg_bootstrap_replicates.sql and a paired comparison's paired_weights.sql read it.
+-- pipeline/analysis/sql.py stages it as a temporary table of this name before each batch of a paired
+-- comparison: paired_weights.sql reads it. The audit's own bootstrap (pipeline/analysis/bootstrap.py, whose
+-- docstring defines the method) computes the same keys with numpy (replicate_keys).
 -- params:  $seed (0 <= seed < 2^32), $first_resample (>= 0), $batch_resamples (>= 1)
 -- columns: b (the replicate), key
 with

@@ -1,6 +1,6 @@
 -- paired_weights: the Poisson bootstrap weights of a paired comparison's units, for one batch of replicates.
--- The same weights as stg_bootstrap_replicates.sql (its header defines them): replicate b gives the unit at
--- 0-based position pos (among its probe set's shared units, ordered by the unit's key) the weight
+-- The same weights as the audit's bootstrap (pipeline/analysis/bootstrap.py defines them): replicate b gives
+-- the unit at 0-based position pos (among its probe set's shared units, ordered by the unit's key) the weight
 -- w = the number of k in 0..9 with u >= floor(P(Poisson(1) <= k) * 2^32), u = mix32(mix32((seed * 2654435769
 -- + b) mod 2^32) xor pos), mix32 the lowbias32 hash. Weights depend on (seed, b, pos) alone, so both sides of
 -- a comparison, and every probe set, read the same rows: one table of positions 0 .. $n_positions - 1.

@@ -1,9 +1,9 @@
 """sql/norm_vs_property_ci.sql against a numpy/scipy Poisson bootstrap drawn with the same weights (to 1e-9).
 
-The SQL header defines the weights (a seeded integer hash of replicate and item position, mapped to
-Poisson(1) counts). This test re-derives them with numpy from that definition and scipy's Poisson CDF,
-resamples with ``numpy.repeat``, recomputes each statistic with scipy, and takes ``numpy.quantile``: a
-second implementation of the whole method, sharing only the random numbers. Separately it checks that
+pipeline/analysis/bootstrap.py's docstring defines the weights (a seeded integer hash of replicate and item
+position, mapped to Poisson(1) counts). This test re-derives them with numpy from that definition and scipy's
+Poisson CDF, resamples with ``numpy.repeat``, recomputes each statistic with scipy, and takes ``numpy.quantile``:
+a second implementation of the whole method, sharing only the random numbers. Separately it checks that
 those random numbers behave like Poisson(1) draws, and that the intervals are of a sensible width.
 """
 
@@ -33,7 +33,7 @@ def _mix32(x: np.ndarray) -> np.ndarray:
 
 
 def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
-    """(resamples, n) weights as the SQL header defines them."""
+    """(resamples, n) weights as pipeline/analysis/bootstrap.py's docstring defines them."""
     b = np.arange(resamples, dtype=np.uint64)
     keys = _mix32((np.uint64(seed) * np.uint64(2654435769) + b) % M32)
     h = _mix32(keys[:, None] ^ np.arange(n, dtype=np.uint64)[None, :])

@@ -298,14 +298,14 @@ def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
 
 
 def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resamples: int,
-                     batch_resamples: int, threads: int | None = None) -> None:
+                     batch_resamples: int, threads: int | None = None, chunk_cells: int = CHUNK_CELLS) -> None:
     """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
     0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
-    replicates (and :data:`CHUNK_CELLS` replicate x item cells) at a time, chunks on ``threads`` threads
+    replicates (and ``chunk_cells`` replicate x item cells) at a time, chunks on ``threads`` threads
     (default: the CPUs, at most 4): a replicate's values depend neither on the batching nor on the threads."""
     sets = item_sets(con)
     largest = max((len(s.positions) for s in sets), default=1)
-    chunk = max(1, min(batch_resamples, CHUNK_CELLS // largest))
+    chunk = max(1, min(batch_resamples, chunk_cells // largest))
     local = threading.local()
 
     def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]:

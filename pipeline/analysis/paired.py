@@ -3,7 +3,7 @@
 For every statistic of the compared analyses: its value on each side, computed on the shared units only,
 the difference (other - base) and a paired bootstrap 95% interval of that difference. Both sides are
 resampled with the same weights (a Poisson bootstrap seeded by (seed, replicate, unit position), as the
-audit's own intervals: ``sql/stg_bootstrap_replicates.sql``), so replicate b resamples the same units on both
+audit's own intervals: :mod:`pipeline.analysis.bootstrap`), so replicate b resamples the same units on both
 sides and the interval is the 2.5/97.5% percentiles of the per-replicate differences. Units embedded by one
 side only are counted (``n_only_base``, ``n_only_other``), never resampled.
 
