@@ -14,9 +14,10 @@ The bootstrap runs with ``--resamples`` replicates (default 10) on both sides. T
 10^10 row-operations, beyond this machine for either implementation, and 10 are the most the pandas side
 runs in a few minutes (~160 s of its ~250). The bootstrap is most of the suite's work at the audit's
 1,000, so its share here is already below what an audit sees; fewer replicates shrink it further (3 were
-the default while DuckDB held every replicate at once and 10 did not fit). DuckDB stages the replicates
-in batches (``bootstrap_batch_rows``, as in an audit: three at a time here, 3+3+3+1), so more of them
-cost time, not memory. The bootstrap's own ratio and the rest's are printed apart.
+the default while DuckDB held every replicate at once and 10 did not fit). The audit's side computes the
+replicates as an audit does, with numpy from DuckDB's staged rows (``pipeline/analysis/bootstrap.py``; in SQL
+until issue 19), in batches (``bootstrap_batch_rows``) of cache-sized chunks, so more of them cost time, not
+memory. The bootstrap's own ratio and the rest's are printed apart.
 
     python benchmarks/analysis_suite.py [--items 10000000] [--resamples 10] [--duckdb-memory 10GB]
                                         [--plain-connection]
