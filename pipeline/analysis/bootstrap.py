@@ -117,14 +117,24 @@ class _Order:
 
     @classmethod
     def of(cls, values: np.ndarray, presorted: bool = False) -> _Order:
-        uniq, codes = np.unique(values, return_inverse=True)
+        """The order of ``values`` (``presorted``: already ascending); one sort, dense codes from it."""
         n = len(values)
-        order = cls(codes=codes.reshape(-1), n_codes=len(uniq), counted=not presorted and len(uniq) * 8 <= n)
+        perm = None if presorted else np.argsort(values, kind="stable")
+        ranked = values if perm is None else values[perm]
+        # a new code where the value changes (NaNs are one value, as DuckDB groups them)
+        change = ranked[1:] != ranked[:-1]
+        if ranked.dtype.kind == "f":
+            change &= ~(np.isnan(ranked[1:]) & np.isnan(ranked[:-1]))
+        ranked_codes = np.concatenate([[0], np.cumsum(change)])
+        n_codes = int(ranked_codes[-1]) + 1 if n else 0
+        codes = ranked_codes if perm is None else np.empty_like(ranked_codes)
+        if perm is not None:
+            codes[perm] = ranked_codes
+        order = cls(codes=codes, n_codes=n_codes, counted=not presorted and n_codes * 8 <= n)
         if not order.counted:
-            order.perm = None if presorted else np.argsort(order.codes, kind="stable")
-            if order.n_codes < n:
-                ranked = order.codes if presorted else order.codes[order.perm]
-                order.ends = np.flatnonzero(np.diff(ranked, append=order.n_codes))
+            order.perm = perm
+            if n_codes < n:
+                order.ends = np.flatnonzero(np.diff(ranked_codes, append=n_codes))
         return order
 
     def centred_ranks(self, w: np.ndarray, size: np.ndarray, out: np.ndarray, buffers: Buffers) -> np.ndarray:
@@ -175,6 +185,7 @@ class _ItemSet:
     """Items of one probe set that one or more samples share, in norm order, with their fixed orders."""
 
     positions: np.ndarray  # uint32: each item's position in its probe set (its weights hash from it)
+    in_norm_order: np.ndarray  # the samples' rows (ordered by position) in norm order
     norm: _Order
     x_log_norm: np.ndarray  # ln(norm) less its mean over the item set
     n_tokens: np.ndarray
@@ -217,8 +228,7 @@ def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
             if set_key not in sets:
                 sets[set_key] = _item_set(items)
             item_set = sets[set_key]
-            in_norm_order = np.argsort(items["d_norm"], kind="stable")
-            value = items["value"][in_norm_order]
+            value = items["value"][item_set.in_norm_order]
             pearson = "pearson_log_norm" in stats
             item_set.samples.append(_Sample(probe_set, prop, stats, _Order.of(value),
                                             value - value.mean() if pearson else None))
@@ -236,7 +246,7 @@ def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
 def _item_set(items: dict[str, np.ndarray]) -> _ItemSet:
     in_norm_order = np.argsort(items["d_norm"], kind="stable")
     log_norm = np.log(items["norm"][in_norm_order])
-    return _ItemSet(positions=items["pos"][in_norm_order].astype(np.uint32),
+    return _ItemSet(positions=items["pos"][in_norm_order].astype(np.uint32), in_norm_order=in_norm_order,
                     norm=_Order.of(items["d_norm"][in_norm_order], presorted=True),
                     x_log_norm=log_norm - log_norm.mean(), n_tokens=items["n_tokens"][in_norm_order],
                     zipf=items["zipf"][in_norm_order])
