@@ -47,7 +47,9 @@ class Settings(BaseSettings):
         None, ge=64, description="padded tokens per forward batch; None: 4096 on CPU, 16384 on GPUs"
     )
     max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
-    shard_size: int = Field(4096, ge=1, description="items per shard (one Parquet part, one Dask task)")
+    shard_size: int | None = Field(
+        None, ge=1, description="items per shard (one Parquet part, one Dask task); None: 4096, up to 32768 "
+        "for large probe sets (pipeline.storage.shards.default_shard_size)")
     vector_dtype: Literal["float32", "float16"] = "float32"
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"

@@ -34,7 +34,7 @@ from pipeline.storage import lease
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import StagedPart, commit_part, embeddings_table, stage_part
 from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_results
-from pipeline.storage.shards import Shard, committed_item_ids, pending_shards, split_shards
+from pipeline.storage.shards import Shard, committed_item_ids, default_shard_size, pending_shards, split_shards
 from pipeline.storage.store import Manifest, Store, open_store
 from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
@@ -85,7 +85,8 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
     :func:`pipeline.storage.shards.pending_shards`); a changed text is embedded again and its new part replaces
     the old one when it commits.
     """
-    store, resolved, size = ctx.store, ctx.resolved, ctx.settings.shard_size
+    store, resolved = ctx.store, ctx.resolved
+    size = ctx.settings.shard_size or default_shard_size(ps.items.height)  # of the whole set: --limit cuts its shards
     params = {**embedding_params(resolved, ctx.settings), **ps.shard_params()}
     full = split_shards(ps.name, ps.items, resolved.fingerprint, params, size)
     shards = full if limit is None else split_shards(ps.name, ps.items.head(limit), resolved.fingerprint, params, size)

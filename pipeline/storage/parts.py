@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline.probes.base import text_sha256
-from pipeline.storage.shards import Shard, committed_item_ids, merge_part, part_rows
+from pipeline.storage.shards import CommitIndex, Shard, merge_part, part_rows
 from pipeline.storage.store import Manifest, PartInfo, StorageError, Store, sha256_bytes
 
 
@@ -26,6 +28,22 @@ class StagedPart:
     staged: str  # path relative to the root
     rows: int
     sha256: str
+
+
+# The commit indexes of the partitions this process committed to lately (by folder URL): an audit commits
+# to one partition per probe set, and a long-lived process (normaudit serve) must not keep them all.
+_INDEXES: OrderedDict[str, CommitIndex] = OrderedDict()
+_INDEXES_KEPT = 4
+_INDEXES_LOCK = threading.Lock()
+
+
+def _commit_index(url: str) -> CommitIndex:
+    with _INDEXES_LOCK:
+        index = _INDEXES.pop(url, None) or CommitIndex()
+        _INDEXES[url] = index
+        while len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+        return index
 
 
 class PartValidationError(ValueError):
@@ -88,7 +106,8 @@ def commit_part(store: Store, part: StagedPart, template: Manifest) -> Manifest:
             f"{d} already holds weights with fingerprint {manifest.fingerprint[:12]}…, not "
             f"{template.fingerprint[:12]}…: a release label names one set of weights. Use a new --release."
         )
-    committed = committed_item_ids(store, manifest)
+    index = _commit_index(store.url(d))
+    owners = index.owners_for(store, manifest)
     file = f"part-{part.shard_id}.parquet"
     store.move(part.staged, f"{d}/{file}")
     # read back after the move: the manifest must record the bytes readers will find (a retried
@@ -99,8 +118,10 @@ def commit_part(store: Store, part: StagedPart, template: Manifest) -> Manifest:
                            f"{part.staged}; nothing was committed. Rerun the audit.")
     ids = part_rows(io.BytesIO(data))
     info = PartInfo(part.shard_id, file, part.rows, part.sha256, part.start, size=len(data))
-    dropped = merge_part(manifest, info, ids, committed)
+    index.parts = None  # the owners change below: trusted again only once the new manifest is written
+    dropped = merge_part(manifest, info, ids, owners)
     store.write_manifest(manifest)
+    index.committed(manifest)
     for f in dropped:  # only after the manifest no longer lists them
         store.rm(f"{d}/{f}")
     return manifest
