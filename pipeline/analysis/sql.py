@@ -30,9 +30,10 @@ DEFAULT_PARAMS = {
     "seed": 20240607,  # bootstrap seed: the same data and seed give the same intervals
     "n_bins": 10,  # norm_by_bin: deciles
     "zipf_tolerance": 0.25,  # hypernym_pairs: frequency-matched pairs differ by at most this much zipf
-    # bootstrap batches: at most this many (staged value row x replicate) pairs at once. Measured: 10 M items
-    # with 3 properties, 3 replicates a batch, ~6 GB; the demo's 206,250 value rows, 484 a batch, 1.4 GiB
-    # process peak (2.6 GiB with all 1,000 at once, in the same time)
+    # bootstrap batches: at most this many (staged value row x replicate) pairs at once; within a batch the
+    # replicates are computed in cache-sized chunks (pipeline/analysis/bootstrap.py), so memory hardly depends
+    # on it. Measured (issue 19, benchmarks/bootstrap_scale.py): 1 M items x 3 properties, 0.94 GiB process peak
+    # with DuckDB's staged rows, for 100 replicates as for 1,000
     "bootstrap_batch_rows": 100_000_000,
 }
 
