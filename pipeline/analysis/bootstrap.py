@@ -312,7 +312,8 @@ def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resa
     """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
     0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
     replicates (and ``chunk_cells`` replicate x item cells) at a time, chunks on ``threads`` threads
-    (default: the CPUs, at most 4): a replicate's values depend neither on the batching nor on the threads."""
+    (default: the CPUs this process may use, at most 4): a replicate's values depend neither on the batching
+    nor on the threads."""
     sets = item_sets(con)
     largest = max((len(s.positions) for s in sets), default=1)
     chunk = max(1, min(batch_resamples, chunk_cells // largest))
@@ -328,7 +329,7 @@ def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resa
 
     con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
     # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
-    with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=threads or min(4, len(os.sched_getaffinity(0)))) as pool:
         for first in range(0, resamples, batch_resamples):
             last = min(first + batch_resamples, resamples)
             starts = range(first, last, chunk)
