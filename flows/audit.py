@@ -26,6 +26,7 @@ from flows.timings import Timing, recorded_timings
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
 from pipeline.audit import steps
 from pipeline.audit.context import AuditContext
+from pipeline.embedding.precision import default_release
 from pipeline.progress import reporter
 from pipeline.quality.suites import warm_gates
 from pipeline.settings import Settings, flow_settings
@@ -154,13 +155,13 @@ def audit_release(
     settings = flow_settings(settings)
     open_store(settings).check_writable()
     resolved = resolve_model(model)
-    ctx = AuditContext(settings, name or resolved.spec.name, release or resolved.fingerprint[:12],
-                       run_id or new_run_id(), resolved)
+    ctx = AuditContext(settings, name or resolved.spec.name, release or default_release(resolved.fingerprint,
+                       settings.precision), run_id or new_run_id(), resolved)
     run = RunRecord(
         run_id=ctx.run_id, model=ctx.model, release=ctx.release, fingerprint=resolved.fingerprint,
         probe_set=",".join(probes),
         params={**steps.embedding_params(resolved, settings), "limit": limit, "shard_size": settings.shard_size,
-                "batch_tokens": settings.batch_tokens, "device": settings.device},
+                "batch_tokens": settings.batch_tokens, "device": settings.device, "precision": settings.precision},
     )
     summary = AuditSummary(ctx.run_id, ctx.model, ctx.release, resolved.fingerprint, ctx.store.root_url,
                            flow_run_id=flow_run.id)

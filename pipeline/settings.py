@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         None, ge=1, description="items per shard (one Parquet part, one Dask task); None: 4096, up to 32768 "
         "for large probe sets (pipeline.storage.shards.default_shard_size)")
     vector_dtype: Literal["float32", "float16"] = "float32"
+    precision: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the model's forward pass runs in (pooling and norms stay float32/float64)"
+    )
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
     )

@@ -340,17 +340,18 @@ def test_type_ids_are_passed_where_the_template_sets_them(tiny_hf_model_dir):
     resolved = resolve_model(get_spec(str(tiny_hf_model_dir)))
     plain = Embedder(resolved, device="cpu", chunk_texts=16)
     typed = Embedder(resolved, device="cpu", chunk_texts=16)
-    cls, sep = typed._backend.token_to_id("[CLS]"), typed._backend.token_to_id("[SEP]")
-    typed._backend.post_processor = processors.TemplateProcessing(
+    backend = typed.tokenizer.backend
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A:1 [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
-    typed._types_needed = typed._with_types and not typed._single_text_types_are_zero()
-    assert not plain._types_needed and typed._types_needed
+    typed.tokenizer.types_needed = typed.tokenizer.with_types and not typed.tokenizer._single_text_types_are_zero()
+    assert not plain.tokenizer.types_needed and typed.tokenizer.types_needed
     texts = _texts(seed=7)
     res = typed.embed(texts)
     manual = []
     with torch.no_grad():
-        for enc in typed._backend.encode_batch(texts):
+        for enc in backend.encode_batch(texts):
             assert set(enc.type_ids[1:-1]) <= {1} and enc.type_ids[0] == enc.type_ids[-1] == 0
             hidden = typed.model(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]))
             manual.append(hidden.last_hidden_state[0].double().mean(0).numpy())

@@ -24,6 +24,7 @@ from pipeline.audit.context import AuditContext
 from pipeline.audit.watch import WatchedModel, discover_releases
 from pipeline.embedding.embed import get_embedder
 from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
+from pipeline.embedding.precision import refuse_mixed_release
 from pipeline.probes import ProbeSet, brings_file, load_probe_set, write_probe_tables
 from pipeline.probes.base import KINDS
 from pipeline.probes.frequency import token_properties
@@ -40,12 +41,19 @@ from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
 
 def embedding_params(resolved, settings: Settings) -> dict:
-    """Parameters that change the stored rows (and so the shard hashes)."""
-    return {
+    """Parameters that change the stored rows (and so the shard hashes).
+
+    A reduced ``precision`` is one of them; float32 is left out, so float32 shards keep the hashes they had
+    before precision was a setting.
+    """
+    params = {
         "pooling": resolved.spec.pooling,
         "max_length": resolved.max_length,
         "vector_dtype": settings.vector_dtype,
     }
+    if settings.precision != "float32":
+        params["precision"] = settings.precision
+    return params
 
 
 def manifest_template(ctx: AuditContext, probe_set: str) -> Manifest:
@@ -53,7 +61,7 @@ def manifest_template(ctx: AuditContext, probe_set: str) -> Manifest:
     return Manifest(
         model=ctx.model, release=ctx.release, probe_set=probe_set, fingerprint=ctx.resolved.fingerprint,
         params=embedding_params(ctx.resolved, ctx.settings), dim=ctx.resolved.dim,
-        vector_dtype=ctx.settings.vector_dtype,
+        vector_dtype=ctx.settings.vector_dtype, precision=ctx.settings.precision,
     )
 
 
@@ -108,7 +116,7 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
 def _embedder(ctx: AuditContext):
     s = ctx.settings
     return get_embedder(ctx.resolved, device=s.device, threads=s.torch_threads(), batch_tokens=s.batch_tokens,
-                        max_batch_size=s.max_batch_size)
+                        max_batch_size=s.max_batch_size, precision=s.precision)
 
 
 def embed_shard(ctx: AuditContext, shard: Shard) -> StagedPart:
@@ -214,7 +222,8 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
 
 
 def open_release(ctx: AuditContext) -> None:
-    """Take the release's lease: one audit of a model release at a time."""
+    """Take the release's lease: one audit of a model release at a time; a release holds one precision."""
+    refuse_mixed_release(ctx.store.manifests(ctx.model, ctx.release), ctx.model, ctx.release, ctx.settings.precision)
     gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id)
 
 

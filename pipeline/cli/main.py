@@ -83,7 +83,7 @@ def audit(
     ],
     probes: Annotated[list[str], typer.Option(help="probe set name or probe file; repeat for several")],
     release: Annotated[
-        str | None, typer.Option(help="release label (default: first 12 hex of the fingerprint)")
+        str | None, typer.Option(help="release label (default: 12 hex of the fingerprint, -PRECISION unless float32)")
     ] = None,
     root: RootOpt = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N items of each probe set, stable order")] = None,
@@ -91,6 +91,9 @@ def audit(
     workers: Annotated[int | None, typer.Option(min=1, help="local Dask worker processes")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or mps")] = None,
     vector_dtype: Annotated[str | None, typer.Option(help="stored vector dtype: float32 or float16")] = None,
+    precision: Annotated[str | None, typer.Option(
+        help="dtype the model runs in: float32 (default), bfloat16 or float16 (GPUs); a reduced precision is "
+             "its own release (default label: fingerprint-precision)")] = None,
     s3_endpoint_url: EndpointOpt = None,
     name: Annotated[str | None, typer.Option(help="model label in storage (default: registry or folder name)")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="print where the time went")] = False,
@@ -106,9 +109,16 @@ def audit(
 
     try:
         settings = load_settings(root=root, dask_address=dask_address, n_workers=workers, device=device,
-                                 vector_dtype=vector_dtype, s3_endpoint_url=s3_endpoint_url)
+                                 vector_dtype=vector_dtype, s3_endpoint_url=s3_endpoint_url, precision=precision)
     except ValidationError as exc:
         _fail(f"invalid setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+    if settings.precision != "float32" and not settings.dask_address:  # remote workers check their own device
+        from pipeline.embedding.precision import check_requested_precision
+
+        try:
+            check_requested_precision(settings.device, settings.precision)
+        except (ValueError, RuntimeError) as exc:
+            _fail(str(exc))
     from pipeline.names import check_name
     from pipeline.storage.store import StorageError, open_store
 
@@ -122,7 +132,12 @@ def audit(
     from pipeline.audit.preflight import check_audit_inputs
 
     try:  # the model, then every probe set, before Prefect and Dask start: bad input fails in a second
-        check_audit_inputs(settings, model, probes, limit, replace, say=_say)
+        pre = check_audit_inputs(settings, model, probes, limit, replace, say=_say)
+        if release is not None:  # a release holds one precision (the flow checks again)
+            from pipeline.embedding.precision import refuse_mixed_release
+
+            label = name or pre.resolved.spec.name
+            refuse_mixed_release(open_store(settings).manifests(label, release), label, release, settings.precision)
     except (ValueError, LookupError, RuntimeError, OSError) as exc:
         _fail(str(exc))
     from flows.boot import start_api, start_local_cluster

@@ -74,6 +74,7 @@ class Manifest:
     dim: int
     vector_dtype: str
     parts: list[PartInfo] = field(default_factory=list)
+    precision: str = "float32"  # dtype of the forward pass (manifests written before it was recorded: float32)
     updated_at: float = 0.0
     format: int = 1
 
@@ -293,9 +294,10 @@ class Store:
         rel = f"{self.embeddings_dir(manifest.model, manifest.release, manifest.probe_set)}/{MANIFEST}"
         self.write_bytes_atomic(rel, manifest.to_json())
 
-    def manifests(self) -> list[Manifest]:
-        """Every committed embeddings manifest under the root."""
-        return [Manifest.from_json(self.read_bytes(p)) for p in self.glob(f"embeddings/*/*/*/{MANIFEST}")]
+    def manifests(self, model: str = "*", release: str = "*") -> list[Manifest]:
+        """Every committed embeddings manifest under the root (of one model and release where given)."""
+        paths = self.glob(f"embeddings/model={model}/release={release}/*/{MANIFEST}")
+        return [Manifest.from_json(self.read_bytes(p)) for p in paths]
 
     def committed_part_urls(self) -> list[str]:
         """URLs of the parts listed in committed manifests: the only parts readers may see."""
