@@ -263,6 +263,8 @@ def _check_stats(stats, res) -> None:
     assert stats.texts == len(res) and stats.batches == len(stats.batch_shapes)
     assert stats.real_tokens == int(res.n_tokens.sum())
     assert stats.padded_tokens == sum(size * width for size, width in stats.batch_shapes) >= stats.real_tokens
+    # the main loop always waits for the first chunk's tokens, and never longer than the whole call
+    assert 0 < stats.tokenize_wait_s <= stats.wall_s and 0 < stats.waiting_share <= 1
 
 
 @pytest.mark.parametrize("chunk_texts", [1, 5, 16, 64])
