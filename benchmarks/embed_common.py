@@ -25,22 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SOURCES = ("words", "cranfield", "chaosnli")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _cpu_ticks() -> tuple[int, int, int]:

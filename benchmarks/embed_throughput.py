@@ -38,7 +38,6 @@ import numpy as np  # noqa: E402
 from embed_common import (  # noqa: E402 - a sibling module, importable once its folder is on the path
     SHARED_DATA,
     SOURCES,
-    cpu_model,
     cuda_matmul_rate,
     load_texts,
     matmul_rate,
@@ -48,6 +47,7 @@ from embed_common import (  # noqa: E402 - a sibling module, importable once its
 )
 
 from pipeline.embedding.batching import Tokens  # noqa: E402 - numpy only
+from pipeline.embedding.precision import cpu_name  # noqa: E402 - no torch at import
 
 __all__ = ["cuda_matmul_rate", "main"]  # worker_scaling.py imports cuda_matmul_rate from here
 
@@ -133,7 +133,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = pick_device(args.device)
     on_cuda = device.startswith("cuda")
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, threads {args.threads}")
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, threads {args.threads}")
     if on_cuda:
         props = torch.cuda.get_device_properties(device)
         print(f"device: {device} = {props.name}, {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} "

@@ -38,10 +38,14 @@ from pipeline.settings import Settings
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import open_store
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.helpers import poisson_weights  # noqa: E402 - the repository root is put on the path first
+
 PROPERTIES = ("arousal", "valence", "dominance", "concreteness", "imageability", "familiarity", "aoa", "size",
               "gender", "semsize", "semgender")
 MODEL = "minilm-l6"
-M32 = np.uint64(2**32)
 
 
 def write_probes(path: Path, words: int, seed: int) -> None:
@@ -73,27 +77,6 @@ def run_audit(probes: Path, root: Path) -> tuple[dict[str, float], str]:
     return timings, run_id[1]
 
 
-def _mix32(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64)
-    x ^= x >> np.uint64(16)
-    x = (x * np.uint64(0x7FEB352D)) % M32
-    x ^= x >> np.uint64(15)
-    x = (x * np.uint64(0x846CA68B)) % M32
-    x ^= x >> np.uint64(16)
-    return x
-
-
-def reference_weights(seed: int, resamples: int, n: int) -> np.ndarray:
-    """(resamples, n) Poisson weights as pipeline/analysis/bootstrap.py's docstring defines them."""
-    keys = _mix32((np.uint64(seed) * np.uint64(2654435769) + np.arange(resamples, dtype=np.uint64)) % M32)
-    thresholds = np.floor(stats.poisson.cdf(np.arange(10), 1.0) * 2.0**32).astype(np.uint64)
-    out = np.empty((resamples, n), dtype=np.int64)
-    for b in range(resamples):
-        h = _mix32(keys[b] ^ np.arange(n, dtype=np.uint64))
-        out[b] = (h[:, None] >= thresholds[None, :]).sum(axis=1)
-    return out
-
-
 def _corr(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a - a.mean(), b - b.mean()
     return float(a @ b / np.sqrt((a @ a) * (b @ b)))
@@ -116,7 +99,7 @@ def reference_intervals(root: Path, run_id: str, resamples: int, seed: int) -> d
     out = {}
     for (probe_set,), emb in items.group_by(["probe_set"], maintain_order=True):
         ids = emb["item_id"].to_list()
-        weights = reference_weights(seed, resamples, len(ids))  # position = place in item_id order
+        weights = poisson_weights(seed, resamples, len(ids))  # position = place in item_id order
         mine = props.filter(pl.col("probe_set") == probe_set)
         zipf = _column(mine, "zipf", ids)
         norm, tokens = emb["norm"].to_numpy(), emb["n_tokens"].to_numpy().astype(float)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from scipy import stats
 
 from pipeline.probes import ProbeSet, write_probe_tables
 from pipeline.storage.parts import commit_part, embeddings_table, stage_part
@@ -63,3 +64,28 @@ def partial_spearman(x, y, z) -> float:
     ex = rx - design @ np.linalg.lstsq(design, rx, rcond=None)[0]
     ey = ry - design @ np.linalg.lstsq(design, ry, rcond=None)[0]
     return stats.pearsonr(ex, ey).statistic
+
+
+M32 = np.uint64(2**32)
+
+
+def _mix32(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) % M32
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) % M32
+    x ^= x >> np.uint64(16)
+    return x
+
+
+def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
+    """(resamples, n) bootstrap weights as pipeline/analysis/bootstrap.py's docstring defines them, written
+    independently of it (one replicate at a time, so a benchmark's thousands of items stay small)."""
+    keys = _mix32((np.uint64(seed) * np.uint64(2654435769) + np.arange(resamples, dtype=np.uint64)) % M32)
+    thresholds = np.floor(stats.poisson.cdf(np.arange(10), 1.0) * 2.0**32).astype(np.uint64)
+    out = np.empty((resamples, n), dtype=np.int64)
+    for b in range(resamples):
+        h = _mix32(keys[b] ^ np.arange(n, dtype=np.uint64))
+        out[b] = (h[:, None] >= thresholds[None, :]).sum(axis=1)
+    return out

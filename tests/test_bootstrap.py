@@ -16,8 +16,7 @@ from pipeline.analysis import bootstrap
 from pipeline.analysis.sql import ANALYSIS_STAGING, BOOTSTRAP, ensure_staged, load_sql, stage_replicate_keys
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
-from tests.helpers import partial_spearman, store_synthetic, word_probe_set
-from tests.test_norm_vs_property_ci import poisson_weights
+from tests.helpers import partial_spearman, poisson_weights, store_synthetic, word_probe_set
 
 SEED = 8675309
 

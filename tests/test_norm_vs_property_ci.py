@@ -17,30 +17,7 @@ from scipy import stats
 from pipeline.analysis.sql import run_query
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
-from tests.helpers import partial_spearman, store_synthetic, word_probe_set
-
-M32 = np.uint64(2**32)
-
-
-def _mix32(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64)
-    x ^= x >> np.uint64(16)
-    x = (x * np.uint64(0x7FEB352D)) % M32
-    x ^= x >> np.uint64(15)
-    x = (x * np.uint64(0x846CA68B)) % M32
-    x ^= x >> np.uint64(16)
-    return x
-
-
-def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
-    """(resamples, n) weights as pipeline/analysis/bootstrap.py's docstring defines them."""
-    b = np.arange(resamples, dtype=np.uint64)
-    keys = _mix32((np.uint64(seed) * np.uint64(2654435769) + b) % M32)
-    h = _mix32(keys[:, None] ^ np.arange(n, dtype=np.uint64)[None, :])
-    thresholds = np.floor(stats.poisson.cdf(np.arange(10), 1.0) * 2.0**32).astype(np.uint64)
-    return (h[:, :, None] >= thresholds[None, None, :]).sum(axis=2)
-
-
+from tests.helpers import partial_spearman, poisson_weights, store_synthetic, word_probe_set
 
 
 def bootstrap_ci(weights, norms, values, zipf, n_tokens):

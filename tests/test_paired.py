@@ -19,8 +19,7 @@ from pipeline.analysis.sql import run_query
 from pipeline.probes import ProbeSet, write_probe_tables
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
-from tests.helpers import store_synthetic, word_probe_set
-from tests.test_norm_vs_property_ci import poisson_weights
+from tests.helpers import poisson_weights, store_synthetic, word_probe_set
 
 RESAMPLES, SEED = 200, 4242
 N, N_SUBSET = 120, 100  # model "c" embeds only the first N_SUBSET items of probe set "w"

@@ -33,6 +33,7 @@ __all__ = [
     "check_precision",
     "check_requested_precision",
     "cpu_bf16_instructions",
+    "cpu_name",
     "refuse_mixed_release",
     "default_release",
     "torch_dtype",
@@ -69,7 +70,8 @@ def cpu_bf16_instructions(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
     return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one), for messages and benchmark headers."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -111,13 +113,13 @@ def check_precision(device: str, precision: str) -> None:
         return
     if precision == "float16":
         raise UnsupportedPrecision(
-            f"--precision float16 on the CPU ({_cpu_name()}): CPUs have no float16 matrix units torch uses here, "
+            f"--precision float16 on the CPU ({cpu_name()}): CPUs have no float16 matrix units torch uses here, "
             "so it runs slower than float32 (MiniLM about 0.3x on a Xeon with avx512_fp16). Use --precision bfloat16 "
             "where the CPU has bfloat16 instructions (avx512_bf16/amx_bf16), else float32; float16 is for GPUs"
         )
     if cpu_bf16_instructions() is False:
         raise UnsupportedPrecision(
-            f"--precision bfloat16 on the CPU ({_cpu_name()}): it has no bfloat16 instructions (avx512_bf16, "
+            f"--precision bfloat16 on the CPU ({cpu_name()}): it has no bfloat16 instructions (avx512_bf16, "
             "amx_bf16 or Arm bf16), so torch would emulate them, slower than float32. Use --precision float32 "
             "here, or bfloat16 on a CPU or GPU that has them"
         )
