@@ -57,28 +57,29 @@ def torch_dtype(precision: str):
     return getattr(torch, precision)
 
 
-def cpu_bf16_instructions(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
-    """Whether the CPU has bfloat16 instructions; None where ``cpuinfo`` cannot be read (not Linux)."""
+def _cpuinfo_field(keys: tuple[str, ...], cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The value of the first ``cpuinfo`` line whose key is one of ``keys``; None where there is none or the
+    file cannot be read (not Linux)."""
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
         return None
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return bool(_CPU_BF16_FLAGS & set(value.split()))
+        if key.strip() in keys:
+            return value.strip()
     return None
+
+
+def cpu_bf16_instructions(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
+    """Whether the CPU has bfloat16 instructions; None where ``cpuinfo`` cannot be read (not Linux)."""
+    flags = _cpuinfo_field(("flags", "Features"), cpuinfo)
+    return None if flags is None else bool(_CPU_BF16_FLAGS & set(flags.split()))
 
 
 def cpu_name() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one), for messages and benchmark headers."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "this CPU"
+    return _cpuinfo_field(("model name",)) or platform.processor() or platform.machine() or "this CPU"
 
 
 def check_precision(device: str, precision: str) -> None:
