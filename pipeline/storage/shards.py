@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.probes.base import text_sha256
+from pipeline.probes.base import text_sha256 as hash_texts  # Shard's own argument shadows the name
 from pipeline.storage.store import Manifest, PartInfo, Store
 
 SHARD_SIZE = 4096  # items per shard of a small set (settings.shard_size, when given, decides)
@@ -28,20 +28,35 @@ MAX_AUTO_SHARD_SIZE = 32768
 PartRows = dict[str, str | None]
 
 
-@dataclass
 class Shard:
-    """A slice of one probe set to embed as one Parquet part."""
+    """A slice of one probe set to embed as one Parquet part.
 
-    probe_set: str
-    shard_id: str
-    start: int
-    item_ids: list[str]
-    texts: list[str] = field(repr=False)
-    text_sha256: list[str] = field(default_factory=list, repr=False)  # of ``texts``, in order
+    A plain class, not a dataclass: Prefect and Dask walk the fields of a dataclass argument, and every list in
+    it, looking for futures, for every task they run, in the flow process and again on the worker. A shard
+    holds three lists of up to 32,768 strings, and on two cores that walking is CPU taken from the model.
+    """
 
-    def __post_init__(self) -> None:
-        if not self.text_sha256:
-            self.text_sha256 = text_sha256(self.texts)
+    __slots__ = ("probe_set", "shard_id", "start", "item_ids", "texts", "text_sha256")
+
+    def __init__(self, probe_set: str, shard_id: str, start: int, item_ids: list[str], texts: list[str],
+                 text_sha256: list[str] | None = None) -> None:
+        self.probe_set = probe_set
+        self.shard_id = shard_id
+        self.start = start
+        self.item_ids = item_ids
+        self.texts = texts
+        self.text_sha256 = text_sha256 or hash_texts(texts)  # of ``texts``, in order
+
+    def __repr__(self) -> str:
+        return (f"Shard(probe_set={self.probe_set!r}, shard_id={self.shard_id!r}, start={self.start}, "
+                f"items={self.size})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Shard):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # mutable, as the dataclass it replaces
 
     @property
     def rows(self) -> PartRows:
