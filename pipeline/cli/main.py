@@ -140,6 +140,7 @@ def audit(
             refuse_mixed_release(open_store(settings).manifests(label, release), label, release, settings.precision)
     except (ValueError, LookupError, RuntimeError, OSError) as exc:
         _fail(str(exc))
+    del pre  # its probe sets: the flow loads (and gates) them again; a million items' copy must not wait here
     from flows.boot import start_api, start_local_cluster
 
     quiet_console(verbose, local_cluster=not settings.dask_address)  # before Prefect and the workers start
