@@ -62,6 +62,9 @@ class TreeSampler:
     def __init__(self, pid: int, every_s: float = 0.5):
         self.root = psutil.Process(pid)
         self.peak: dict[int, tuple[str, int]] = {}
+        self.cpu: dict[int, float] = {}  # last seen user + system CPU seconds per process
+        self.peak_at: dict[int, float] = {}  # seconds after the start when the peak was seen
+        self.t0 = time.monotonic()
         self.seen: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
@@ -90,12 +93,15 @@ class TreeSampler:
             for p in procs:
                 try:
                     rss = p.memory_info().rss
+                    times = p.cpu_times()
                 except psutil.Error:
                     continue
+                self.cpu[p.pid] = times.user + times.system
                 self.seen.add(p.pid)
                 label, old = self.peak.get(p.pid, (None, 0))
                 if rss > old:
                     self.peak[p.pid] = (label or self.label(p, self.root), rss)
+                    self.peak_at[p.pid] = time.monotonic() - self.t0
             self._stop.wait(every_s)
 
     def stop(self) -> None:
@@ -104,8 +110,9 @@ class TreeSampler:
 
     def report(self, min_bytes: int = 100 << 20) -> list[str]:
         rows = sorted(self.peak.items(), key=lambda kv: -kv[1][1])
-        return [f"{label} (pid {pid}): peak RSS {rss / 2**30:.2f} GiB" for pid, (label, rss) in rows
-                if rss >= min_bytes]
+        return [f"{label} (pid {pid}): peak RSS {rss / 2**30:.2f} GiB at {self.peak_at[pid]:.0f} s, "
+                f"CPU {self.cpu.get(pid, 0.0):.0f} s"
+                for pid, (label, rss) in rows if rss >= min_bytes]
 
     def cli_peak(self) -> int:
         return self.peak.get(self.root.pid, ("", 0))[1]
