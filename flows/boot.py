@@ -179,9 +179,8 @@ def local_cluster_kwargs(settings, api_url: str | None = None) -> dict:
         # machine never contend for 8787
         "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"},
         "silence_logs": logging.WARNING,
-        # Dask's statistical profiler samples every worker thread each 10 ms, on a worker whose cores torch keeps
-        # busy: CPU taken from the model for a profile nothing reads (there is no dashboard)
-        # (a dotted key: the nanny merges this over its own config one top-level key deep)
+        # no statistical profiler: it samples every worker thread each 10 ms, CPU taken from torch for a profile
+        # nothing reads (no dashboard). A dotted key: the nanny merges this into its config one level deep only.
         "config": {"distributed.worker.profile.enabled": False},
         # local_worker first: it makes the worker ignore Ctrl-C before warmup spends seconds importing torch
         "preload": ["flows.local_worker", "pipeline.embedding.warmup"],

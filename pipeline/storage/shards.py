@@ -17,8 +17,7 @@ import json
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.probes.base import text_sha256
-from pipeline.probes.base import text_sha256 as hash_texts  # Shard's own argument shadows the name
+from pipeline.probes.base import text_sha256 as hash_texts  # Shard's argument of that name would shadow it
 from pipeline.storage.store import Manifest, PartInfo, Store
 
 SHARD_SIZE = 4096  # items per shard of a small set (settings.shard_size, when given, decides)
@@ -103,7 +102,7 @@ def split_shards(probe_set: str, items: pl.DataFrame, fingerprint: str, params: 
     """Cut ``items`` (in their stable order) into shards of ``size`` items."""
     ids = items["item_id"].to_list()
     texts = items["text"].to_list()
-    hashes = text_sha256(texts)
+    hashes = hash_texts(texts)
     out = []
     for start in range(0, len(ids), size):
         chunk, chunk_hashes = ids[start : start + size], hashes[start : start + size]
