@@ -64,7 +64,11 @@ def test_temporary_api_is_prefect_server_start_with_public_settings(tmp_path, mo
     api = TemporaryAPI()
     try:
         server = psutil.Process(api.process.pid)
-        command = server.cmdline()
+        # Popen returns once exec has closed its pipe, which the kernel does before it sets the new argv:
+        # on a loaded machine /proc/PID/cmdline can still read empty for a moment (a CI run caught it).
+        deadline = time.monotonic() + 30
+        while not (command := server.cmdline()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         watched = command[command.index("flows.parent_watch") + 1:]
         assert watched == [str(os.getpid()), "prefect", "server", "start", "--host", "127.0.0.1", "--port",
                            str(api.port)]
