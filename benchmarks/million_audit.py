@@ -1,6 +1,6 @@
 """A million-item audit end to end with the installed CLI, against plain encode of the same texts.
 
-Run:  python benchmarks/million_audit.py [--n 1000000] [--workers 1] [--no-kill] [--keep DIR]
+Run:  python benchmarks/million_audit.py [--n 1000000] [--workers 1] [--no-kill | --kill-only] [--keep DIR]
 
 1. Builds the probe set: wordfreq's English words x the sentence templates (pipeline/probes/scale.py),
    written as a Parquet probe file (``wordfreq-sentences.parquet``: the set is named after the file).
@@ -226,6 +226,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="local Dask worker processes")
     ap.add_argument("--model", default="minilm-l6")
     ap.add_argument("--no-kill", action="store_true", help="skip the kill-and-resume run")
+    ap.add_argument("--kill-only", action="store_true",
+                    help="only the kill-and-resume run (no plain encode, no uninterrupted audit)")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
     args = ap.parse_args()
 
@@ -244,6 +246,11 @@ def main() -> None:
           f"built in {time.perf_counter() - t:.1f} s; {shards} shards of {size}; model {args.model}; "
           f"{args.workers} worker(s); plain encode on {threads} threads")
 
+    if args.kill_only:
+        ok = kill_and_resume(args, probes, str(work / "root-killed"), work, args.n, shards)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        sys.exit(0 if ok else 1)
     embed = plain_rate_parts(texts, args.model, threads)
     half = len(texts) // 2
     plain_first = embed(0, half)
