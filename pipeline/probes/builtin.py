@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from pipeline.probes.base import ProbeSet
 from pipeline.probes.retrieval import load_reverse_dictionary
+from pipeline.probes.splits import REVERSE_DICTIONARY_TEST, load_reverse_dictionary_test
 from pipeline.probes.wordnet import load_wordnet_nouns
 from pipeline.probes.wordnet_pairs import load_wordnet_pairs
 
@@ -13,4 +14,5 @@ BUILTIN: dict[str, Callable[[], ProbeSet]] = {
     "wordnet-nouns": load_wordnet_nouns,
     "wordnet-pairs": load_wordnet_pairs,
     "wordnet-reverse-dictionary": load_reverse_dictionary,
+    REVERSE_DICTIONARY_TEST: load_reverse_dictionary_test,
 }
