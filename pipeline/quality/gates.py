@@ -5,6 +5,7 @@
   the expectation, the count and a few item ids.
 * :func:`gate_token_norms`: the token-norm table, before it is written (quarantined likewise).
 * :func:`gate_probe_set`: a probe set's items and properties, before they are written.
+* :func:`gate_trace_part`: a part of a fine-tune's ``training_trace``, before it is written (quarantined).
 
 Every result, passed or failed, is kept under ``reports/validation/<run_id>/`` for the run's
 Data Docs (:mod:`pipeline.quality.datadocs`).
@@ -26,6 +27,7 @@ from pipeline.quality.suites import (
     validate_embeddings,
     validate_probe_tables,
     validate_token_norms,
+    validate_training_trace,
 )
 from pipeline.storage import lease
 from pipeline.storage.parts import PartValidationError, StagedPart, quarantine_part
@@ -78,6 +80,34 @@ def gate_token_norms(store: Store, table: pa.Table, model: str, release: str, ru
         f"token norms of {model} @ {release} failed {report.suite} and were quarantined in "
         f"{store.url(folder)}: {report.summary()}. The model's input embedding table has non-finite or "
         "duplicate rows; check the weights.", report)
+
+
+def trace_dir(run: str) -> str:
+    """Folder of a fine-tune run's ``training_trace`` parts, relative to the root."""
+    return f"training_trace/{run}"
+
+
+def gate_trace_part(store: Store, table: pa.Table, run: str, kinds: tuple[str, ...], run_id: str) -> str:
+    """Validate trace rows and write them as one part named by their first step; returns its path.
+
+    A part that fails is quarantined under ``quarantine/<run_id>/training_trace/`` and raises
+    :class:`DataValidationError`; nothing of it reaches the ``training_trace`` view.
+    """
+    first = int(table["step"][0].as_py())
+    name = f"part-{first:06d}.parquet"
+    report = validate_training_trace(table, [run], kinds, {"run_id": run_id, "run": run, "part": name})
+    save_validation(store, run_id, validation_key("training_trace", run, name.removesuffix(".parquet")), report)
+    if not report.success:
+        folder = f"quarantine/{run_id}/training_trace/{run}"
+        store.write_table(f"{folder}/{name}", table)
+        store.write_bytes_atomic(f"{folder}/{name}.report.json", json.dumps(_quarantine_record(report)).encode())
+        raise DataValidationError(
+            f"trace rows of run {run!r} from step {first} failed {report.suite} and were quarantined in "
+            f"{store.url(folder)}: {report.summary()}. The training diverged or the trace is broken; "
+            "lower the learning rate or rerun.", report)
+    rel = f"{trace_dir(run)}/{name}"
+    store.write_table(rel, table)
+    return rel
 
 
 def gate_probe_set(store: Store, ps, kinds, run_id: str | None = None) -> None:

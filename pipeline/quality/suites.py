@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SUITE_VERSION = 2  # 2: embeddings rows carry text_sha256, which must be the shard's
-TABLES = ("probe_items", "probe_properties", "embeddings", "token_norms")
+TABLES = ("probe_items", "probe_properties", "embeddings", "token_norms", "training_trace")
 # |‖vector‖ / norm - 1| allowed. float32 vectors reproduce the norm to ~1e-7; float16 rounds each
 # component to 11 significant bits (relative error up to 2**-11 ≈ 4.9e-4), so it gets a looser bound.
 UNIT_TOLERANCE = {"float32": 1e-4, "float16": 2e-3}
@@ -31,7 +31,10 @@ PROPERTY_NAME = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
 _FINITE_MAX = float(np.finfo(np.float64).max)  # pandas treats NaN as null; this bound also rejects ±inf
 _RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
 _ID_COLUMN = {"probe_items": "item_id", "probe_properties": "item_id", "embeddings": "item_id",
-              "token_norms": "token_id"}
+              "token_norms": "token_id", "training_trace": "item_id"}
+# |change of r^2 - (2 r radial + radial^2 + tangential^2)| allowed, relative to r^2: the trace computes both
+# sides in float64 from the same float32 vectors, so anything above rounding means a broken row
+TRACE_BALANCE_TOLERANCE = 1e-9
 
 
 def suite_name(table: str) -> str:
@@ -146,6 +149,20 @@ def _definitions(gxe) -> dict[str, list]:
             gxe.ExpectColumnValuesToNotBeNull(column="norm"),
             # >= 0, not > 0: some models keep an all-zero padding row
             gxe.ExpectColumnValuesToBeBetween(column="norm", min_value=0, max_value=_FINITE_MAX),
+            gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        ],
+        "training_trace": [
+            gxe.ExpectColumnValuesToBeInSet(column="run", value_set=p("runs")),
+            gxe.ExpectColumnValuesToNotBeNull(column="item_id"),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["step", "item_id"]),
+            gxe.ExpectColumnValuesToBeBetween(column="step", min_value=0),
+            gxe.ExpectColumnValuesToBeInSet(column="kind", value_set=p("kinds")),
+            gxe.ExpectColumnValuesToBeBetween(column="norm", min_value=0, strict_min=True, max_value=_FINITE_MAX),
+            gxe.ExpectColumnValuesToBeBetween(column="radial", min_value=-_FINITE_MAX, max_value=_FINITE_MAX),
+            gxe.ExpectColumnValuesToBeBetween(column="tangential", min_value=0, max_value=_FINITE_MAX),
+            gxe.ExpectColumnValuesToBeBetween(column="lr", min_value=0, max_value=_FINITE_MAX),
+            gxe.ExpectColumnValuesToBeBetween(column="steps_since", min_value=0),
+            gxe.ExpectColumnValuesToBeInSet(column="adds_up", value_set=[True]),
             gxe.ExpectTableRowCountToBeBetween(min_value=1),
         ],
     }
@@ -349,3 +366,16 @@ def validate_probe_tables(probe_set: str, items, properties, kinds, known_proper
         run_suite("probe_items", items_pd, {"kinds": sorted(kinds), "probe_sets": [probe_set]}, meta),
         run_suite("probe_properties", props_pd, {"properties": names, "probe_sets": [probe_set]}, meta),
     ]
+
+
+def validate_training_trace(table: pa.Table, runs: list[str], kinds: tuple[str, ...],
+                            meta: dict | None = None) -> ValidationReport:
+    """Run the ``training_trace`` suite: one row per (step, item), finite positive norms, and a displacement
+    whose parts add back up to the row's change of r^2 (``adds_up``, derived here)."""
+    frame = table.to_pandas()
+    norm, change, radial, tan = (frame[c].to_numpy(np.float64) for c in ("norm", "r2_change", "radial", "tangential"))
+    with np.errstate(invalid="ignore"):
+        before = np.sqrt(np.maximum(norm**2 - change, 0.0))
+        gap = np.abs(change - (2 * before * radial + radial**2 + tan**2))
+        frame["adds_up"] = gap <= TRACE_BALANCE_TOLERANCE * np.maximum(np.maximum(norm**2, before**2), 1e-30)
+    return run_suite("training_trace", frame, {"runs": runs, "kinds": list(kinds)}, meta)

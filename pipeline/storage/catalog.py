@@ -55,6 +55,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE",
         "threshold": "DOUBLE", "message": "VARCHAR",
     },
+    # pipeline/theory/trace.py: TRACE_SCHEMA, one folder of parts per fine-tune run
+    "training_trace": {
+        "run": "VARCHAR", "step": "BIGINT", "item_id": "VARCHAR", "kind": "VARCHAR", "norm": "DOUBLE",
+        "r2_change": "DOUBLE", "radial": "DOUBLE", "tangential": "DOUBLE", "lr": "DOUBLE", "steps_since": "BIGINT",
+    },
     # pipeline/analysis/paired.py: PAIRED_COLUMNS under the run that compared
     "comparisons": {
         "run_id": "VARCHAR", "analysis": "VARCHAR", "probe_set": "VARCHAR", "property": "VARCHAR",
@@ -76,6 +81,7 @@ GLOBS = {
     "results": "results/*/*.parquet",
     "alerts": "alerts/*.parquet",
     "comparisons": "comparisons/*.parquet",
+    "training_trace": "training_trace/*/part-*.parquet",
 }
 
 ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
