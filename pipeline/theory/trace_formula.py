@@ -1,0 +1,93 @@
+"""The norm-dynamics formula on a transformer: scored out of sample from a fine-tune's ``training_trace``.
+
+Per item and traced step ``t`` (one optimizer step apart, learning rate ``eta_t``), with ``r`` the norm
+before the step, the trace gives the radial displacement ``rho`` and the tangential length ``tau``:
+
+- heat ``h = r^2 tau^2 / eta^2`` (THEORY.md section 6, the tangential part of the actual displacement);
+- drift ``d = r rho / eta + lambda r^2``. Section 6 asks for a forward-mode JVP along the update; the trace
+  has the actual displacement only, so ``r rho`` stands for ``<z, JVP>`` and the second-order radial part
+  (``rho^2``, under 1e-3 of the change in the runs measured) is folded into ``d``. This is a shortcut: it
+  makes ``d`` exact bookkeeping of the first half, which is why only the *second* half is scored.
+
+The first half of the window gives per-item means of ``d`` and ``h``; the equilibrium of section 4
+(:func:`pipeline.theory.estimators.equilibrium_norm`) predicts the second half's mean norm and the
+norm at the last step. Beside it, two baselines: persistence (the first half's mean norm as the
+prediction) and heat only (``d = 0``). ``lambda`` is the optimizer's weight decay: for SGD the
+coupled decay the formula assumes; for AdamW the decoupled decay ``theta <- (1 - eta lambda) theta``
+gives the same ``-2 eta lambda r^2`` term for parameters that scale the output, so the same
+balance is tested (the rotational equilibrium of decoupled decay), with Adam's normalised step
+inside the measured ``h``. The effective decay ``lambda_eff = lambda - d / r^2`` is reported as
+section 6 asks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
+from pipeline.theory.estimators import equilibrium_norm, score
+
+
+def read_trace(store: Store, run: str) -> pl.DataFrame:
+    """A run's rows of the ``training_trace`` view (gated parts only), by step and item."""
+    con = open_catalog(store, verify=None)
+    try:
+        frame = con.sql("select * from training_trace where run = $run order by step, item_id",
+                        params={"run": run}).pl()
+    finally:
+        con.close()
+    if frame.height == 0:
+        raise LookupError(f"run {run!r} has no training_trace rows under {store.url()}")
+    return frame
+
+
+def step_terms(trace: pl.DataFrame, weight_decay: float) -> pl.DataFrame:
+    """Per (item, step) of one-step displacements: ``r2`` before the step, ``d``, ``h`` and the norm after."""
+    one = trace.filter((pl.col("steps_since") == 1) & (pl.col("lr") > 0))
+    if one.height == 0:
+        raise ValueError("the trace has no one-step displacements: the formula needs a trace of every step "
+                         "(--trace-every 1; THEORY.md section 6: subsampled heat collapses for a shared encoder)")
+    r2 = pl.col("norm") ** 2 - pl.col("r2_change")
+    return one.select(
+        "item_id", "kind", "step", "norm", "lr", r2.alias("r2"),
+        (r2.sqrt() * pl.col("radial") / pl.col("lr") + weight_decay * r2).alias("d"),
+        (r2 * pl.col("tangential") ** 2 / pl.col("lr") ** 2).alias("h"),
+    )
+
+
+def score_formula(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> dict:
+    """Out-of-sample scores of the equilibrium norm from the first half of ``[window_start, last step]``.
+
+    Returns ``{"window", "lambda", "eta", "lambda_eff_median", "second_half": {...}, "final": {...}}``;
+    each target holds ``formula``, ``persistence`` and ``heat_only`` scores (R^2, R^2 of log, Spearman)
+    and ``ratio_median`` (predicted / observed norm).
+    """
+    terms = step_terms(trace.filter(pl.col("step") >= window_start), weight_decay)
+    steps = terms["step"].unique().sort()
+    if steps.len() < 4:
+        raise ValueError(f"{steps.len()} one-step traces in the window: the formula needs at least 4 "
+                         "(lengthen --steps or lower the window start)")
+    mid = steps[steps.len() // 2]
+    half = terms.with_columns((pl.col("step") >= mid).alias("second"))
+    first = half.filter(~pl.col("second")).group_by("item_id").agg(
+        pl.col("d").mean(), pl.col("h").mean(), pl.col("r2").mean(), pl.col("norm").mean().alias("norm1"),
+        pl.col("lr").mean().alias("eta"))
+    second = half.filter(pl.col("second")).group_by("item_id").agg(pl.col("norm").mean().alias("norm2"))
+    last = trace.filter(pl.col("step") == steps[-1]).select("item_id", pl.col("norm").alias("final"))
+    items = first.join(second, on="item_id").join(last, on="item_id").sort("item_id")
+    eta = float(items["eta"].mean())
+    d, h, r2 = (items[c].to_numpy() for c in ("d", "h", "r2"))
+    predictions = {
+        "formula": equilibrium_norm(d, h, eta, weight_decay),
+        "persistence": items["norm1"].to_numpy(),
+        "heat_only": equilibrium_norm(np.zeros_like(h), h, eta, weight_decay),
+    }
+    out = {"window": [int(steps[0]), int(mid), int(steps[-1])], "items": items.height, "lambda": weight_decay,
+           "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2))}
+    for target, column in (("second_half", "norm2"), ("final", "final")):
+        observed = items[column].to_numpy()
+        out[target] = {name: {**score(p, observed), "ratio_median": float(np.median(p / observed))}
+                       for name, p in predictions.items()}
+    return out
