@@ -126,11 +126,10 @@ def _one_side_counts(frame, base: tuple[str, str], other: tuple[str, str]) -> st
 def serve(
     config: Annotated[Path, typer.Option(help="audits.yaml: root, thresholds and the watched models")],
     root: Annotated[str | None, typer.Option(help="storage root URL (overrides the config's)")] = None,
+    once: Annotated[bool, typer.Option(
+        "--once", help="audit every watched model's new releases now, then exit (no schedule)")] = False,
 ) -> None:
-    """Serve one cron-scheduled Prefect deployment per watched model (runs until stopped)."""
-    from prefect import serve as prefect_serve
-
-    from flows.watch import deployments
+    """Serve one cron-scheduled Prefect deployment per watched model (runs until stopped), or run them once."""
     from pipeline.audit.watch import load_audits_config
     from pipeline.settings import load_settings
 
@@ -140,5 +139,38 @@ def serve(
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc
     settings = load_settings(root=root or cfg.root)
+    if once:
+        _watch_once(cfg, settings)
+        return
+    from prefect import serve as prefect_serve
+
+    from flows.watch import deployments
+
     typer.echo(f"serving {len(cfg.watch)} deployment(s) of watch_releases; results in {settings.root}")
     prefect_serve(*deployments(cfg, settings.root))
+
+
+def _watch_once(cfg, settings) -> None:
+    """Each watched model's ``watch_releases`` flow, now, in this process; exit 1 if any release alerted."""
+    from flows.console import failures_once_on_console, quiet_console
+    from flows.runners import prefect_api
+    from flows.watch import watch_releases
+    from pipeline.analysis.compare import ReleaseRegression
+
+    quiet_console(False, local_cluster=not settings.dask_address)
+    failures_once_on_console()
+    alerts = []
+    with prefect_api():
+        for w in cfg.watch:
+            try:
+                audited = watch_releases(watch=w, settings=settings, thresholds=w.thresholds or cfg.thresholds)
+            except ReleaseRegression as exc:
+                alerts.append(f"{w.name}: {exc}")
+                continue
+            typer.echo(f"{w.name}: audited {len(audited)} new release(s)" + (f": {', '.join(audited)}" if audited
+                                                                                 else ""))
+    typer.echo(f"results in {settings.root}; each model's releases and trends: "
+               + ", ".join(f"{settings.root}/reports/{w.name}/index.html" for w in cfg.watch))
+    if alerts:
+        typer.secho("alerts:\n" + "\n".join(alerts), fg="red", err=True)
+        raise typer.Exit(1)

@@ -92,3 +92,111 @@ def _print(summary: dict) -> None:
     console.print(f"data: {summary['root']}/{summary['folder']}")
     console.print(f"query it: normaudit sql --root {summary['root']} "
                   f"\"select * from '{summary['root']}/{summary['folder']}/sweep.parquet'\"")
+
+
+@theory_app.command("finetune")
+@interruptible  # Ctrl-C or SIGTERM: the flow run records its end, exit 130
+def finetune(
+    model: Annotated[str, typer.Option(help="registry name or local sentence-transformers folder")] = "minilm-l6",
+    steps: Annotated[int, typer.Option(help="optimizer steps")] = 150,
+    batch_size: Annotated[int, typer.Option(help="definition -> lemma pairs per step (in-batch negatives)")] = 32,
+    lr: Annotated[float | None, typer.Option(help="constant learning rate (default 5e-5 adamw, 5e-2 sgd)")] = None,
+    optimizer: Annotated[str, typer.Option(help="adamw | sgd (plain SGD with weight decay, as the formula assumes)")
+                         ] = "adamw",
+    weight_decay: Annotated[float, typer.Option(help="weight decay lambda")] = 0.01,
+    checkpoint_every: Annotated[int, typer.Option(help="save a checkpoint every K steps (and step 0, the last)")
+                                ] = 30,
+    trace_every: Annotated[int, typer.Option(help="trace the probe sample every s steps (1: what the formula needs)")
+                           ] = 1,
+    trace_nouns: Annotated[int, typer.Option(help="WordNet nouns in the traced sample")] = 300,
+    trace_definitions: Annotated[int, typer.Option(help="test-split definitions in the traced sample")] = 150,
+    seed: Annotated[int, typer.Option(help="training seed (batches, trace sample)")] = 0,
+    run_label: Annotated[str | None, typer.Option("--run", help="run label (default MODEL-OPTIMIZER-sSEED)")] = None,
+    out: Annotated[Path | None, typer.Option(help="checkpoint folder (default ./normaudit-checkpoints/RUN)")] = None,
+    root: RootOpt = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
+) -> None:
+    """Fine-tune a model on the reverse dictionary's train split; checkpoints, a training trace, the formula."""
+    from pydantic import ValidationError
+
+    from pipeline.settings import load_settings
+    from pipeline.theory.finetune import FinetuneConfig
+
+    try:
+        cfg = FinetuneConfig(model=model, steps=steps, batch_size=batch_size, learning_rate=lr, optimizer=optimizer,
+                             weight_decay=weight_decay, checkpoint_every=checkpoint_every, trace_every=trace_every,
+                             trace_nouns=trace_nouns, trace_definitions=trace_definitions, seed=seed,
+                             run=run_label, out=str(out) if out else None)
+        label = cfg.label()
+    except (ValidationError, ValueError) as exc:
+        _fail(f"invalid fine-tune options: {exc}")
+    settings = load_settings(root=root)
+    quiet_console(verbose, local_cluster=False)  # before Prefect starts
+    from flows.console import failures_once_on_console
+    from flows.finetune import run_finetune
+
+    failures_once_on_console()
+    try:
+        summary = run_finetune(settings, cfg)
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, RuntimeError, LookupError) as exc:
+        _fail(str(exc))
+    _print_finetune(summary, label)
+
+
+@theory_app.command("formula")
+def formula(
+    run: Annotated[str, typer.Option("--run", help="a fine-tune run's label")],
+    window_start: Annotated[int, typer.Option(help="first step of the window (its first half predicts)")] = 0,
+    root: RootOpt = None,
+) -> None:
+    """Score the norm formula out of sample on a fine-tune run's stored training trace."""
+    from pipeline.settings import load_settings
+    from pipeline.storage.store import open_store
+    from pipeline.theory.finetune import read_run
+    from pipeline.theory.trace_formula import read_trace, score_formula
+
+    store = open_store(load_settings(root=root))
+    try:
+        recorded = read_run(store, run)
+        scores = score_formula(read_trace(store, run), recorded["weight_decay"], window_start)
+    except (ValueError, FileNotFoundError, LookupError) as exc:
+        _fail(str(exc))
+    _print_formula(scores, f"{run} ({recorded['optimizer']}, lr {recorded['learning_rate']:g}, "
+                           f"weight decay {recorded['weight_decay']:g})")
+
+
+def _print_formula(scores: dict, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if "error" in scores:
+        console.print(f"formula not scored: {scores['error']}")
+        return
+    first, mid, last = scores["window"]
+    table = Table(title=f"norm formula, {title}: steps {first}-{mid - 1} predict {mid}-{last} "
+                        f"({scores['items']} items; lambda_eff median {scores['lambda_eff_median']:+.3g})")
+    for col in ("target", "prediction", "R2", "R2 log", "Spearman", "predicted/observed"):
+        table.add_column(col)
+    for target in ("second_half", "final"):
+        for name, s in scores[target].items():
+            table.add_row(target, name, _fmt(s["r2"]), _fmt(s["r2_log"]), _fmt(s["spearman"]),
+                          f"{s['ratio_median']:.3g}")
+    console.print(table)
+
+
+def _print_finetune(summary: dict, label: str) -> None:
+    from rich.console import Console
+
+    console = Console()
+    secs = ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+    console.print(f"[bold]{label}[/]: {summary['steps']} steps of {summary['optimizer']} (lr {summary['lr']:g}, "
+                  f"weight decay {summary['weight_decay']:g}) on {summary['split']['train_pairs']:,} train pairs; "
+                  f"loss {summary['train_loss']:.3f}; {secs}")
+    console.print(f"checkpoints: {len(summary['checkpoints'])} in {summary['folder']}")
+    console.print(f"trace: {summary['trace_rows']:,} rows; query it: normaudit sql --root {summary['root']} "
+                  f"\"select step, kind, avg(norm) from training_trace where run = '{label}' group by all order by 1\"")
+    _print_formula(summary["formula"], label)
+    console.print("audit every checkpoint as a release: a `checkpoints:` entry in audits.yaml, then "
+                  "`normaudit serve --config audits.yaml --once` (README, 'Real releases from a fine-tune')")

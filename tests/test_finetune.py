@@ -1,0 +1,198 @@
+"""Fine-tuning a real (tiny) encoder: the seeded split, the training trace, its gate, the formula's scores,
+and the loop of issue 20 as a user runs it: `normaudit theory finetune`, then `normaudit serve --once`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+import yaml
+from scipy import stats
+
+from pipeline.embedding.embed import get_embedder
+from pipeline.embedding.models import resolve_model
+from pipeline.probes.splits import (
+    load_reverse_dictionary_test,
+    reverse_dictionary_pairs,
+)
+from pipeline.quality.gates import gate_trace_part
+from pipeline.quality.suites import DataValidationError
+from pipeline.settings import load_settings
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
+from pipeline.theory.finetune import FinetuneConfig, finetune
+from pipeline.theory.trace import TRACE_KINDS, TRACE_SCHEMA, trace_sample
+from pipeline.theory.trace_formula import read_trace, score_formula
+
+BIN = Path(sys.executable).parent
+
+
+def test_split_is_seeded_disjoint_and_the_test_probe_set_holds_only_test_queries():
+    train, test = reverse_dictionary_pairs("train"), reverse_dictionary_pairs("test")
+    assert set(train["lemma"]).isdisjoint(test["lemma"])
+    assert 0.08 < test.height / (train.height + test.height) < 0.12  # TEST_FRACTION 0.1
+    assert reverse_dictionary_pairs("test").equals(test)  # the same split every time
+    other = reverse_dictionary_pairs("test", seed=1)
+    assert set(other["lemma"]) != set(test["lemma"])  # the seed matters
+    ps = load_reverse_dictionary_test()
+    queries = {i[2:] for i in ps.items.filter(pl.col("kind") == "query")["item_id"]}
+    assert queries == set(test["lemma"])
+    assert set(ps.relations["left_id"]) == {f"q:{w}" for w in test["lemma"]}
+    assert ps.items.filter(pl.col("kind") == "doc").height == train.height + test.height  # every lemma
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model_dir, tmp_path_factory):
+    """Five optimizer steps of the tiny model, a checkpoint and a trace after every one."""
+    tmp = tmp_path_factory.mktemp("finetune")
+    store = Store(str(tmp / "root"))
+    cfg = FinetuneConfig(model=str(tiny_model_dir), steps=5, batch_size=8, learning_rate=0.05, optimizer="sgd",
+                         checkpoint_every=1, trace_nouns=30, trace_definitions=20, out=str(tmp / "ckpt"),
+                         run="tiny-sgd")
+    summary = finetune(load_settings(root=str(tmp / "root")), store, cfg, "run-test")
+    return cfg, store, summary
+
+
+def test_trace_adds_up_and_equals_the_audit_embedder_on_every_checkpoint(tiny_run):
+    cfg, store, summary = tiny_run
+    assert [Path(c).name for c in summary["checkpoints"]] == [f"step-{s:06d}" for s in range(6)]
+    trace = read_trace(store, "tiny-sgd")  # through the DuckDB view: gated parts only
+    assert trace.height == 6 * 50 and trace["step"].unique().sort().to_list() == list(range(6))
+    sample = trace_sample(30, 20, cfg.seed)
+    vectors = []
+    for ckpt in summary["checkpoints"]:  # the audit's own embedder on each saved checkpoint
+        vectors.append(get_embedder(resolve_model(ckpt), device="cpu").embed(sample["text"].to_list()).vectors)
+    for step in range(6):
+        rows = trace.filter(pl.col("step") == step).join(sample.select("item_id"), on="item_id", how="right")
+        z = vectors[step].astype(np.float64)
+        np.testing.assert_allclose(rows["norm"].to_numpy(), np.linalg.norm(z, axis=1), rtol=1e-5)
+        if step == 0:
+            continue
+        before = vectors[step - 1].astype(np.float64)
+        u = before / np.linalg.norm(before, axis=1, keepdims=True)
+        disp = z - before
+        radial = (disp * u).sum(1)
+        scale = (before**2).sum(1)
+        np.testing.assert_allclose(rows["radial"].to_numpy(), radial, atol=1e-5 * np.sqrt(scale).max())
+        np.testing.assert_allclose(rows["tangential"].to_numpy(), np.linalg.norm(disp - radial[:, None] * u, axis=1),
+                                   atol=1e-5 * np.sqrt(scale).max())
+        # the decomposition adds back up to the observed change of r^2, to float32 precision
+        r_before = trace.filter(pl.col("step") == step - 1).join(sample.select("item_id"), on="item_id",
+                                                                  how="right")["norm"].to_numpy()
+        observed = rows["norm"].to_numpy() ** 2 - r_before**2
+        parts = 2 * r_before * rows["radial"].to_numpy() + rows["radial"].to_numpy() ** 2 \
+            + rows["tangential"].to_numpy() ** 2
+        np.testing.assert_allclose(parts, observed, atol=1e-6 * scale.max())
+        assert np.abs(observed).max() > 0  # the weights moved
+    assert set(trace["lr"].filter(trace["step"] > 0).to_list()) == {0.05}
+
+
+def test_a_broken_trace_part_is_quarantined_and_never_visible(tmp_path):
+    store = Store(str(tmp_path / "root"))
+    n = 4
+    table = pa.table({"run": ["r"] * n, "step": [3] * n, "item_id": list("abcd"), "kind": ["noun"] * n,
+                      "norm": [1.0] * n, "r2_change": [0.5, 0.0, 0.0, 0.0],  # row a: parts give 0, not 0.5
+                      "radial": [0.0] * n, "tangential": [0.0] * n, "lr": [0.1] * n, "steps_since": [1] * n},
+                     schema=TRACE_SCHEMA)
+    with pytest.raises(DataValidationError, match="quarantined"):
+        gate_trace_part(store, table, "r", TRACE_KINDS, "run-x")
+    assert store.glob("quarantine/run-x/training_trace/r/part-000003.parquet")
+    con = open_catalog(store)
+    assert con.execute("select count(*) from training_trace").fetchone()[0] == 0
+    good = table.set_column(table.schema.get_field_index("r2_change"), "r2_change", pa.array([0.0] * n))
+    gate_trace_part(store, good, "r", TRACE_KINDS, "run-x")
+    assert open_catalog(store).execute("select count(*) from training_trace").fetchone()[0] == n
+
+
+def test_formula_scores_equal_an_independent_numpy_scipy_computation():
+    rng = np.random.default_rng(3)
+    items, steps, lr, wd = 40, 9, 0.1, 0.05
+    rows = []
+    norm = rng.uniform(1, 3, items)
+    for step in range(steps):
+        radial = np.zeros(items) if step == 0 else rng.normal(0, 0.05, items)
+        tangential = np.zeros(items) if step == 0 else rng.uniform(0.01, 0.2, items)
+        new = np.sqrt((norm + radial) ** 2 + tangential**2) if step else norm
+        rows.append(pl.DataFrame({"run": "r", "step": step, "item_id": [f"i{i:02d}" for i in range(items)],
+                                  "kind": "noun", "norm": new, "r2_change": new**2 - norm**2, "radial": radial,
+                                  "tangential": tangential, "lr": 0.0 if step == 0 else lr,
+                                  "steps_since": 0 if step == 0 else 1}))
+        norm = new
+    trace = pl.concat(rows)
+    got = score_formula(trace, wd)
+    # independent: steps 1..8, first half 1..4 predicts 5..8
+    t = trace.filter(pl.col("step") > 0).sort("item_id", "step")
+    norm_m = t["norm"].to_numpy().reshape(items, 8)
+    r2 = norm_m**2 - t["r2_change"].to_numpy().reshape(items, 8)
+    d = np.sqrt(r2) * t["radial"].to_numpy().reshape(items, 8) / lr + wd * r2
+    h = r2 * t["tangential"].to_numpy().reshape(items, 8) ** 2 / lr**2
+    big_d, v2 = d[:, :4].mean(1) / wd, lr * h[:, :4].mean(1) / wd
+    predicted = np.sqrt(0.5 * (big_d + np.sqrt(big_d**2 + 2 * v2)))
+    observed = norm_m[:, 4:].mean(1)
+    r2_expected = 1 - ((observed - predicted) ** 2).sum() / ((observed - observed.mean()) ** 2).sum()
+    assert got["window"] == [1, 5, 8]
+    assert got["second_half"]["formula"]["r2"] == pytest.approx(r2_expected, abs=1e-9)
+    assert got["second_half"]["formula"]["spearman"] == pytest.approx(stats.spearmanr(predicted, observed)[0],
+                                                                       abs=1e-9)
+    persistence = norm_m[:, :4].mean(1)
+    assert got["final"]["persistence"]["spearman"] == pytest.approx(stats.spearmanr(persistence, norm_m[:, -1])[0],
+                                                                    abs=1e-9)
+    heat_only = (lr * h[:, :4].mean(1) / (2 * wd)) ** 0.25  # r^4 = eta h / (2 lambda)
+    assert got["final"]["heat_only"]["r2"] == pytest.approx(
+        1 - ((norm_m[:, -1] - heat_only) ** 2).sum() / ((norm_m[:, -1] - norm_m[:, -1].mean()) ** 2).sum(), abs=1e-9)
+    with pytest.raises(ValueError, match="every step"):
+        score_formula(trace.with_columns(pl.col("steps_since") * 2), wd)
+
+
+def _cli(*args, env, timeout=600):
+    return subprocess.run([str(BIN / "normaudit"), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env["COLUMNS"] = "200"
+    root, ckpt = tmp_path / "root", tmp_path / "ckpt"
+    bad = _cli("theory", "finetune", "--model", str(tiny_model_dir), "--optimizer", "lion", "--root", str(root),
+               env=env)
+    assert bad.returncode != 0 and "optimizer" in bad.stderr and "adamw" in bad.stderr
+    out = _cli("theory", "finetune", "--model", str(tiny_model_dir), "--steps", "4", "--batch-size", "8",
+               "--checkpoint-every", "2", "--trace-nouns", "30", "--trace-definitions", "20", "--lr", "0.05",
+               "--optimizer", "sgd", "--run", "tiny", "--out", str(ckpt), "--root", str(root), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "checkpoints: 3" in out.stdout and "norm formula" in out.stdout
+    again = _cli("theory", "finetune", "--model", str(tiny_model_dir), "--steps", "2", "--run", "tiny2",
+                 "--out", str(ckpt), "--root", str(root), env=env)
+    assert again.returncode == 1 and f"checkpoint folder {ckpt} is not empty" in again.stderr
+    # the traced nouns as a probe file: their audited norms must be the trace's
+    sample = trace_sample(30, 20, 0)
+    probes = tmp_path / "traced.csv"
+    sample.with_columns(pl.col("item_id").str.len_chars().cast(pl.Float64).alias("length")).select(
+        "item_id", "text", "length").write_csv(probes)
+    config = tmp_path / "audits.yaml"
+    config.write_text(yaml.safe_dump({
+        "root": str(root), "thresholds": {"default": 1e9},
+        "watch": [{"name": "tiny-ft", "checkpoints": str(ckpt), "probes": [str(probes)]}]}))
+    served = _cli("serve", "--config", str(config), "--once", env=env, timeout=900)
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert "tiny-ft: audited 3 new release(s): step-000000, step-000002, step-000004" in served.stdout
+    con = open_catalog(Store(str(root)))
+    runs = con.execute("select release, status from runs where model = 'tiny-ft' order by release").fetchall()
+    assert runs == [("step-000000", "completed"), ("step-000002", "completed"), ("step-000004", "completed")]
+    pairs = con.execute("select distinct base_release, release from comparisons order by 1").fetchall()
+    assert pairs == [("step-000000", "step-000002"), ("step-000002", "step-000004")]  # each with the previous
+    joined = con.execute("""
+        select t.norm as traced, e.norm as audited from training_trace t
+        join embeddings e on e.item_id = t.item_id and e.release = printf('step-%06d', t.step)
+        where t.run = 'tiny' and e.model = 'tiny-ft'""").fetchnumpy()
+    assert len(joined["traced"]) == 3 * 50
+    np.testing.assert_allclose(joined["traced"], joined["audited"], rtol=1e-5)
+    again = _cli("serve", "--config", str(config), "--once", env=env, timeout=600)
+    assert again.returncode == 0 and "tiny-ft: audited 0 new release(s)" in again.stdout
