@@ -150,6 +150,15 @@ def test_formula_scores_equal_an_independent_numpy_scipy_computation():
         score_formula(trace.with_columns(pl.col("steps_since") * 2), wd)
 
 
+def test_the_readme_fine_tune_config_is_valid_and_watches_the_default_run():
+    from pipeline.audit.watch import load_audits_config
+
+    cfg = load_audits_config(Path(__file__).resolve().parents[1] / "infra" / "finetune-audits.yaml")
+    (watched,) = cfg.watch
+    assert watched.checkpoints == f"normaudit-checkpoints/{FinetuneConfig(optimizer='adamw').label()}"
+    assert "wordnet-reverse-dictionary-test" in watched.probes
+
+
 def _cli(*args, env, timeout=600):
     return subprocess.run([str(BIN / "normaudit"), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -168,6 +177,11 @@ def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model
                "--optimizer", "sgd", "--run", "tiny", "--out", str(ckpt), "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "checkpoints: 3" in out.stdout and "norm formula" in out.stdout
+    scored = _cli("theory", "formula", "--run", "tiny", "--root", str(root), env=env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert "steps 1-2 predict 3-4" in scored.stdout and "persistence" in scored.stdout
+    missing = _cli("theory", "formula", "--run", "nope", "--root", str(root), env=env)
+    assert missing.returncode == 1 and "no fine-tune run 'nope'" in missing.stderr
     again = _cli("theory", "finetune", "--model", str(tiny_model_dir), "--steps", "2", "--run", "tiny2",
                  "--out", str(ckpt), "--root", str(root), env=env)
     assert again.returncode == 1 and f"checkpoint folder {ckpt} is not empty" in again.stderr
