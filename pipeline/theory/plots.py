@@ -15,7 +15,8 @@ import polars as pl
 __all__ = ["checkpoint_trends", "predicted_vs_observed"]
 
 
-def _figure(ncols: int):
+def new_figure(ncols: int):
+    """``(pyplot, figure, axes)``: one row of ``ncols`` panels on the Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and workers
@@ -24,7 +25,8 @@ def _figure(ncols: int):
     return plt, *plt.subplots(1, ncols, figsize=(4.6 * ncols, 4.2), squeeze=False)
 
 
-def _png(plt, fig) -> bytes:
+def png_bytes(plt, fig) -> bytes:
+    """The figure as PNG bytes; closes it."""
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
@@ -34,13 +36,13 @@ def _png(plt, fig) -> bytes:
 
 def predicted_vs_observed(items: pl.DataFrame, runs: pl.DataFrame) -> bytes:
     """Scatter of predicted against observed norms (log axes, y = x dashed); returns PNG bytes."""
-    plt, fig, axes = _figure(3)
+    plt, fig, axes = new_figure(3)
     for ax, kind in zip(axes[0][:2], ("table", "encoder"), strict=True):
         sub = items.filter(pl.col("kind") == kind)
         if sub.height:
             for (label,), grp in sub.group_by("label", maintain_order=True):
                 ax.scatter(grp["observed_norm"], grp["predicted_norm"], s=4, alpha=0.5, label=label)
-            _diagonal(ax, sub["observed_norm"], sub["predicted_norm"])
+            diagonal_log_axes(ax, sub["observed_norm"], sub["predicted_norm"])
         ax.set_title(f"{kind}: every item of every run")
         ax.set_xlabel("observed norm (second half of window)")
         ax.set_ylabel("predicted norm (from first half)")
@@ -50,15 +52,16 @@ def predicted_vs_observed(items: pl.DataFrame, runs: pl.DataFrame) -> bytes:
         if sub.height:
             ax.scatter(sub["mean_norm_observed"], sub["mean_norm_predicted"], marker=marker, label=kind)
     if runs.height:
-        _diagonal(ax, runs["mean_norm_observed"], runs["mean_norm_predicted"])
+        diagonal_log_axes(ax, runs["mean_norm_observed"], runs["mean_norm_predicted"])
         ax.legend(fontsize=8)
     ax.set_title("mean norm per run (lr x batch x decay x seed)")
     ax.set_xlabel("observed")
     ax.set_ylabel("predicted")
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
-def _diagonal(ax, x, y) -> None:
+def diagonal_log_axes(ax, x, y) -> None:
+    """Dashed y = x over the data's range, both axes logarithmic with plain-number labels."""
     lo = min(float(x.min()), float(y.min())) * 0.9
     hi = max(float(x.max()), float(y.max())) * 1.1
     from matplotlib.ticker import NullFormatter, ScalarFormatter
@@ -74,7 +77,7 @@ def _diagonal(ax, x, y) -> None:
 def checkpoint_trends(checkpoints: pl.DataFrame, implied: dict[str, float]) -> bytes:
     """Spearman(norm, property) per checkpoint step with CI bars; ``implied`` draws dashed levels."""
     props = list(dict.fromkeys(checkpoints["property"].to_list())) if checkpoints.height else list(implied)
-    plt, fig, axes = _figure(max(1, len(props)))
+    plt, fig, axes = new_figure(max(1, len(props)))
     for ax, prop in zip(axes[0], props, strict=False):
         sub = checkpoints.filter(pl.col("property") == prop).sort("step")
         if sub.height:
@@ -88,4 +91,4 @@ def checkpoint_trends(checkpoints: pl.DataFrame, implied: dict[str, float]) -> b
         ax.set_xlabel("training step (release)")
         ax.set_ylim(-1, 1)
         ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)

@@ -57,13 +57,9 @@ def step_terms(trace: pl.DataFrame, weight_decay: float) -> pl.DataFrame:
     )
 
 
-def score_formula(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> dict:
-    """Out-of-sample scores of the equilibrium norm from the first half of ``[window_start, last step]``.
-
-    Returns ``{"window", "lambda", "eta", "lambda_eff_median", "second_half": {...}, "final": {...}}``;
-    each target holds ``formula``, ``persistence`` and ``heat_only`` scores (R^2, R^2 of log, Spearman)
-    and ``ratio_median`` (predicted / observed norm).
-    """
+def formula_predictions(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> tuple[pl.DataFrame, dict]:
+    """Per item: the three predictions from the first half of ``[window_start, last step]`` and the observed
+    norms (second-half mean, last step); and the window's facts (steps, eta, lambda_eff median)."""
     terms = step_terms(trace.filter(pl.col("step") >= window_start), weight_decay)
     steps = terms["step"].unique().sort()
     if steps.len() < 4:
@@ -71,23 +67,35 @@ def score_formula(trace: pl.DataFrame, weight_decay: float, window_start: int = 
                          "(lengthen --steps or lower the window start)")
     mid = steps[steps.len() // 2]
     half = terms.with_columns((pl.col("step") >= mid).alias("second"))
-    first = half.filter(~pl.col("second")).group_by("item_id").agg(
-        pl.col("d").mean(), pl.col("h").mean(), pl.col("r2").mean(), pl.col("norm").mean().alias("norm1"),
+    first = half.filter(~pl.col("second")).group_by("item_id", "kind").agg(
+        pl.col("d").mean(), pl.col("h").mean(), pl.col("r2").mean(), pl.col("norm").mean().alias("persistence"),
         pl.col("lr").mean().alias("eta"))
-    second = half.filter(pl.col("second")).group_by("item_id").agg(pl.col("norm").mean().alias("norm2"))
+    second = half.filter(pl.col("second")).group_by("item_id").agg(pl.col("norm").mean().alias("second_half"))
     last = trace.filter(pl.col("step") == steps[-1]).select("item_id", pl.col("norm").alias("final"))
     items = first.join(second, on="item_id").join(last, on="item_id").sort("item_id")
     eta = float(items["eta"].mean())
     d, h, r2 = (items[c].to_numpy() for c in ("d", "h", "r2"))
-    predictions = {
-        "formula": equilibrium_norm(d, h, eta, weight_decay),
-        "persistence": items["norm1"].to_numpy(),
-        "heat_only": equilibrium_norm(np.zeros_like(h), h, eta, weight_decay),
-    }
-    out = {"window": [int(steps[0]), int(mid), int(steps[-1])], "items": items.height, "lambda": weight_decay,
-           "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2))}
-    for target, column in (("second_half", "norm2"), ("final", "final")):
-        observed = items[column].to_numpy()
-        out[target] = {name: {**score(p, observed), "ratio_median": float(np.median(p / observed))}
-                       for name, p in predictions.items()}
+    items = items.with_columns(
+        pl.Series("formula", equilibrium_norm(d, h, eta, weight_decay)),
+        pl.Series("heat_only", equilibrium_norm(np.zeros_like(h), h, eta, weight_decay)),
+    )
+    facts = {"window": [int(steps[0]), int(mid), int(steps[-1])], "items": items.height, "lambda": weight_decay,
+             "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2))}
+    return items, facts
+
+
+def score_formula(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> dict:
+    """Out-of-sample scores of the equilibrium norm from the first half of ``[window_start, last step]``.
+
+    Returns ``{"window", "items", "lambda", "eta", "lambda_eff_median", "second_half": {...}, "final": {...}}``;
+    each target holds ``formula``, ``persistence`` and ``heat_only`` scores (R^2, R^2 of log, Spearman)
+    and ``ratio_median`` (predicted / observed norm).
+    """
+    items, out = formula_predictions(trace, weight_decay, window_start)
+    for target in ("second_half", "final"):
+        observed = items[target].to_numpy()
+        out[target] = {}
+        for name in ("formula", "persistence", "heat_only"):
+            predicted = items[name].to_numpy()
+            out[target][name] = {**score(predicted, observed), "ratio_median": float(np.median(predicted / observed))}
     return out
