@@ -208,5 +208,8 @@ def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model
         where t.run = 'tiny' and e.model = 'tiny-ft'""").fetchnumpy()
     assert len(joined["traced"]) == 3 * 50
     np.testing.assert_allclose(joined["traced"], joined["audited"], rtol=1e-5)
+    page = (root / "reports" / "tiny-ft" / "index.html").read_text()  # the trends page, with each step
+    assert "Release to release" in page
+    assert "step-000000 → step-000002:" in page and "step-000002 → step-000004:" in page
     again = _cli("serve", "--config", str(config), "--once", env=env, timeout=600)
     assert again.returncode == 0 and "tiny-ft: audited 0 new release(s)" in again.stdout

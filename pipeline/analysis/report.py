@@ -297,6 +297,24 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
+STEP_ROWS_SHOWN = 10
+
+
+def release_steps(con: duckdb.DuckDBPyConnection, model: str, releases: list[str]) -> list[dict]:
+    """Per consecutive pair of releases (audit order): how many statistics the paired comparison checked,
+    how many differ (95% interval excludes 0), and the largest differing changes."""
+    frame = run_query(con, "report_release_steps", model=model)
+    order = {r: i for i, r in enumerate(releases)}
+    out = []
+    for (base, release), part in frame.group_by(["base_release", "release"], maintain_order=True):
+        differs = part.filter(pl.col("verdict") == "differs").drop_nulls(
+            ["base_value", "value", "difference", "ci_low", "ci_high"])
+        out.append({"base": base, "release": release, "n": part.height, "n_differs": differs.height,
+                    "rows": differs.head(STEP_ROWS_SHOWN).to_dicts(),
+                    "order": order.get(release, len(order))})
+    return sorted(out, key=lambda step: step["order"])
+
+
 def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
     """Write ``reports/<model>/index.html``: one trend plot per statistic across releases; returns its URL."""
     con = con or open_catalog(store)
@@ -338,7 +356,8 @@ def render_model_index(store: Store, model: str, con: duckdb.DuckDBPyConnection 
             )
         )
     page = render(
-        "model_index.html.j2", title=f"normaudit {model}", model=model, releases=releases, trends=figures
+        "model_index.html.j2", title=f"normaudit {model}", model=model, releases=releases, trends=figures,
+        steps=release_steps(con, model, releases),
     )
     store.write_bytes_atomic(f"{folder}/index.html", page.encode())
     return store.url(folder, "index.html")
