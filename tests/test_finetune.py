@@ -146,6 +146,16 @@ def test_formula_scores_equal_an_independent_numpy_scipy_computation():
     heat_only = (lr * h[:, :4].mean(1) / (2 * wd)) ** 0.25  # r^4 = eta h / (2 lambda)
     assert got["final"]["heat_only"]["r2"] == pytest.approx(
         1 - ((norm_m[:, -1] - heat_only) ** 2).sum() / ((norm_m[:, -1] - norm_m[:, -1].mean()) ** 2).sum(), abs=1e-9)
+    # the same terms as a forecast: the balance stepped forward from the norm after step 4, over steps 5..8
+    r2_now, path = norm_m[:, 3] ** 2, []
+    for _ in range(4):
+        r2_now = r2_now + 2 * lr * (d[:, :4].mean(1) - wd * r2_now) + lr**2 * h[:, :4].mean(1) / r2_now
+        path.append(np.sqrt(r2_now))
+    forecast = np.mean(path, axis=0)
+    assert got["second_half"]["integrated"]["spearman"] == pytest.approx(stats.spearmanr(forecast, observed)[0],
+                                                                         abs=1e-9)
+    assert got["final"]["integrated"]["r2"] == pytest.approx(
+        1 - ((norm_m[:, -1] - path[-1]) ** 2).sum() / ((norm_m[:, -1] - norm_m[:, -1].mean()) ** 2).sum(), abs=1e-9)
     with pytest.raises(ValueError, match="every step"):
         score_formula(trace.with_columns(pl.col("steps_since") * 2), wd)
 

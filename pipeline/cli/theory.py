@@ -199,4 +199,4 @@ def _print_finetune(summary: dict, label: str) -> None:
                   f"\"select step, kind, avg(norm) from training_trace where run = '{label}' group by all order by 1\"")
     _print_formula(summary["formula"], label)
     console.print("audit every checkpoint as a release: a `checkpoints:` entry in audits.yaml, then "
-                  "`normaudit serve --config audits.yaml --once` (README, 'Real releases from a fine-tune')")
+                  "`normaudit serve --config audits.yaml --once` (README, 'Theory lab and fine-tuning')")
