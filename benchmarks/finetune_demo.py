@@ -75,7 +75,7 @@ def main() -> None:
         print(cli("theory", "formula", "--run", label, cwd=work)[1])
 
     con = open_catalog(store)
-    per_release = con.execute(f"""
+    per_release = con.sql(f"""
         select release, probe_set, property, statistic, round(value, 4) as value, round(ci_low, 4) as ci_low,
                round(ci_high, 4) as ci_high, n
         from results where model = '{WATCHED}' and (
@@ -87,7 +87,7 @@ def main() -> None:
         order by probe_set, property, statistic, release""").pl()
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200):
         print(per_release)
-        moved = con.execute(f"""
+        moved = con.sql(f"""
             select base_release, release, probe_set, property, statistic, round(difference, 4) as difference,
                    round(ci_low, 4) as ci_low, round(ci_high, 4) as ci_high
             from comparisons where model = '{WATCHED}' and verdict = 'differs' and statistic in
