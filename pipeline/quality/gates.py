@@ -73,13 +73,20 @@ def gate_token_norms(store: Store, table: pa.Table, model: str, release: str, ru
         save_validation(store, run_id, validation_key("token_norms", f"{model}__{release}"), report)
     if report.success:
         return
-    folder = f"quarantine/{run_id or 'no-run'}/token_norms/{model}/{release}"
-    store.write_table(f"{folder}/part-0.parquet", table)
-    store.write_bytes_atomic(f"{folder}/part-0.report.json", json.dumps(_quarantine_record(report)).encode())
+    folder = _quarantine_table(store, f"quarantine/{run_id or 'no-run'}/token_norms/{model}/{release}",
+                               "part-0.parquet", table, report)
     raise DataValidationError(
         f"token norms of {model} @ {release} failed {report.suite} and were quarantined in "
         f"{store.url(folder)}: {report.summary()}. The model's input embedding table has non-finite or "
         "duplicate rows; check the weights.", report)
+
+
+def _quarantine_table(store: Store, folder: str, name: str, table: pa.Table, report: ValidationReport) -> str:
+    """Write a table that failed its suite, and the readable report beside it, under ``folder``."""
+    store.write_table(f"{folder}/{name}", table)
+    store.write_bytes_atomic(f"{folder}/{name.removesuffix('.parquet')}.report.json",
+                             json.dumps(_quarantine_record(report)).encode())
+    return folder
 
 
 def trace_dir(run: str) -> str:
@@ -98,9 +105,7 @@ def gate_trace_part(store: Store, table: pa.Table, run: str, kinds: tuple[str, .
     report = validate_training_trace(table, [run], kinds, {"run_id": run_id, "run": run, "part": name})
     save_validation(store, run_id, validation_key("training_trace", run, name.removesuffix(".parquet")), report)
     if not report.success:
-        folder = f"quarantine/{run_id}/training_trace/{run}"
-        store.write_table(f"{folder}/{name}", table)
-        store.write_bytes_atomic(f"{folder}/{name}.report.json", json.dumps(_quarantine_record(report)).encode())
+        folder = _quarantine_table(store, f"quarantine/{run_id}/training_trace/{run}", name, table, report)
         raise DataValidationError(
             f"trace rows of run {run!r} from step {first} failed {report.suite} and were quarantined in "
             f"{store.url(folder)}: {report.summary()}. The training diverged or the trace is broken; "
