@@ -32,9 +32,12 @@ def in_test_split(lemma: str, seed: int = SPLIT_SEED, test_fraction: float = TES
 def reverse_dictionary_pairs(split: str, seed: int = SPLIT_SEED,
                              test_fraction: float = TEST_FRACTION) -> pl.DataFrame:
     """``(lemma, definition, word)`` of one split (``"train"`` or ``"test"``), in the probe set's order."""
+    return _split_pairs(load_reverse_dictionary(), split, seed, test_fraction)
+
+
+def _split_pairs(ps: ProbeSet, split: str, seed: int = SPLIT_SEED, test_fraction: float = TEST_FRACTION):
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    ps = load_reverse_dictionary()
     texts = dict(zip(ps.items["item_id"], ps.items["text"], strict=True))
     lemmas = [i[2:] for i in ps.items.filter(pl.col("kind") == "query")["item_id"]]
     keep = [w for w in lemmas if in_test_split(w, seed, test_fraction) == (split == "test")]
@@ -49,14 +52,11 @@ def load_reverse_dictionary_test() -> ProbeSet:
     fine-tuned model has seen); queries and relevance are the test split's only.
     """
     ps = load_reverse_dictionary()
-    test = {f"q:{w}" for w in reverse_dictionary_pairs("test")["lemma"]}
-    items = ps.items.filter((pl.col("kind") == "doc") | pl.col("item_id").is_in(list(test)))
+    lemmas = _split_pairs(ps, "test")["lemma"]
+    queries, answers = ("q:" + lemmas).to_list(), ("d:" + lemmas).to_list()
+    kept = ps.items.filter((pl.col("kind") == "doc") | pl.col("item_id").is_in(queries))
     # the retrieval order: each query, then its answer; the remaining documents last (``--limit`` keeps pairs)
-    answered = {f"d:{q[2:]}" for q in test}
-    order = [i for i in ps.items["item_id"] if i in test or i in answered]
-    order += [i for i in items["item_id"] if i not in test and i not in answered]
-    items = pl.DataFrame({"item_id": order}).join(items, on="item_id", how="left", maintain_order="left")
-    relations = ps.relations.filter(pl.col("left_id").is_in(list(test)))
-    out = ProbeSet(name=REVERSE_DICTIONARY_TEST, items=items, properties=ps.properties,
-                   relations=relations, origin=ps.origin)
-    return out
+    paired = pl.col("item_id").is_in(queries + answers)
+    return ProbeSet(name=REVERSE_DICTIONARY_TEST, items=pl.concat([kept.filter(paired), kept.filter(~paired)]),
+                    properties=ps.properties, relations=ps.relations.filter(pl.col("left_id").is_in(queries)),
+                    origin=ps.origin)

@@ -46,7 +46,7 @@ def read_trace(store: Store, run: str) -> pl.DataFrame:
     return frame
 
 
-def step_terms(trace: pl.DataFrame, weight_decay: float) -> pl.DataFrame:
+def per_step_terms(trace: pl.DataFrame, weight_decay: float) -> pl.DataFrame:
     """Per (item, step) of one-step displacements: ``r2`` before the step, ``d``, ``h`` and the norm after."""
     one = trace.filter((pl.col("steps_since") == 1) & (pl.col("lr") > 0))
     if one.height == 0:
@@ -79,7 +79,7 @@ def integrate_balance(r2: np.ndarray, d: np.ndarray, h: np.ndarray, eta: float, 
 def formula_predictions(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> tuple[pl.DataFrame, dict]:
     """Per item: the three predictions from the first half of ``[window_start, last step]`` and the observed
     norms (second-half mean, last step); and the window's facts (steps, eta, lambda_eff median)."""
-    terms = step_terms(trace.filter(pl.col("step") >= window_start), weight_decay)
+    terms = per_step_terms(trace.filter(pl.col("step") >= window_start), weight_decay)
     steps = terms["step"].unique().sort()
     if steps.len() < 4:
         raise ValueError(f"{steps.len()} one-step traces in the window: the formula needs at least 4 "
