@@ -175,7 +175,9 @@ def _print_summary(summary, timings: bool = False) -> None:
         if n == 0:
             console.print(f"[bold]{ps}[/]: nothing to embed: all {skipped} shards were already committed")
         else:
-            console.print(f"[bold]{ps}[/]: embedded {n} items ({skipped} shards already committed)")
+            reused = summary.reused_shards.get(ps, 0)  # parts an interrupted run wrote, checked and committed
+            console.print(f"[bold]{ps}[/]: embedded {n} items ({skipped} shards already committed"
+                          + (f"; {reused} written by an interrupted run, checked and reused)" if reused else ")"))
     res = summary.results
     if res is not None and "analysis" in res.columns:  # the other analyses are in the report and `results`
         res = res.filter(res["analysis"] == "norm_vs_property")
