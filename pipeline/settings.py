@@ -85,19 +85,24 @@ class Settings(BaseSettings):
         """``model_cache``, else ``normaudit/models`` in the platform's per-user cache folder."""
         if self.model_cache:
             return os.path.abspath(os.path.expanduser(self.model_cache))
-        if os.name == "nt":
-            base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~/AppData/Local")
-        elif sys.platform == "darwin":
-            base = os.path.expanduser("~/Library/Caches")
-        else:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        return os.path.join(base, "normaudit", "models")
+        return os.path.join(user_cache_dir(), "models")
 
     def torch_threads(self) -> int:
         """Threads each worker gives torch, so workers never oversubscribe the cores."""
         if self.threads_per_worker:
             return self.threads_per_worker
         return max(1, (os.cpu_count() or 1) // self.n_workers)
+
+
+def user_cache_dir() -> str:
+    """normaudit's folder in the platform's per-user cache folder (models, the CLI's error logs)."""
+    if os.name == "nt":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~/AppData/Local")
+    elif sys.platform == "darwin":
+        base = os.path.expanduser("~/Library/Caches")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "normaudit")
 
 
 def load_settings(**overrides) -> Settings:
