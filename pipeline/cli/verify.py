@@ -34,6 +34,7 @@ def verify(
     typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
                f"({report.depth})")
     _check_abandoned(store, repair)  # reported, never an exit 1: committed data does not depend on them
+    _check_orphans(store, report.orphans, repair)  # reported, never an exit 1: no reader ever sees them
     for p in report.problems:
         label = "stale" if p.kind in TEXT_KINDS else "corrupt"
         typer.secho(f"{label}: {store.url(p.file)}: {p.kind}: {p.detail}", fg=typer.colors.RED, err=True)
@@ -49,6 +50,22 @@ def verify(
     typer.echo(f"repaired: {len(report.problems)} part(s) moved to {store.url(folder)} and dropped from their "
                "manifests; rerun the audit of "
                + ", ".join(sorted({f"{p.model}@{p.release}" for p in report.problems})) + " to re-embed them")
+
+
+def _check_orphans(store, orphans: list[str], repair: bool) -> None:
+    """List part files no manifest lists (a run killed between writing and committing them); repair removes them."""
+    from pipeline.storage.verify import remove_orphans
+
+    for rel in orphans:
+        typer.secho(f"orphan: {store.url(rel)}: written by a worker, never committed (invisible)",
+                    fg=typer.colors.YELLOW, err=True)
+    if orphans and repair:
+        removed, kept = remove_orphans(store, orphans)
+        typer.echo(f"repaired: {len(removed)} orphan part(s) removed"
+                   + (f"; {len(kept)} kept: a live run holds their release and may still commit them" if kept else ""))
+    elif orphans:
+        typer.echo("note: the next audit of their release reuses them (when their bytes match their name); "
+                   "--repair removes them", err=True)
 
 
 def _check_abandoned(store, repair: bool) -> None:

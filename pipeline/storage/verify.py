@@ -16,6 +16,11 @@ older store), is reported; the ``embeddings`` view already hides those rows, and
 release re-embeds them by itself. Planning and the catalog do not run this check: a changed text
 is work for the next audit, not corruption.
 
+A part file in a partition folder that no manifest lists is an *orphan*: a worker wrote it and its run
+was killed before the flow committed it. It is invisible to every reader; ``verify`` lists it (not an
+error), the next audit of its release reuses it when its bytes still match the sha256 in its name, and
+``verify --repair`` removes it unless a live run holds the release's lease (that run may still commit it).
+
 A corrupt part is never repaired silently: a storage layer that changes bytes is news for
 whoever runs it. ``normaudit verify --repair`` moves such parts to ``quarantine/`` and drops
 them from their manifest (under the release's lease); the next audit re-embeds their shards.
@@ -53,6 +58,7 @@ class VerifyReport:
     partitions: int = 0
     parts: int = 0
     problems: list[Problem] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)  # part files no manifest lists, relative to the root
 
     @property
     def ok(self) -> bool:
@@ -161,9 +167,11 @@ def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> Ver
     report = VerifyReport(depth)
     sizes = _sizes(store) if depth == "size" else None
     current: dict[str, dict[str, str]] = {}
+    listed: set[str] = set()
     for m in store.manifests():
         report.partitions += 1
         report.parts += len(m.parts)
+        listed.update(f"{_partition(store, m)}/{p.file}" for p in m.parts)
         problems = verify_manifest(store, m, depth, sizes)
         report.problems.extend(problems)
         if texts:
@@ -171,7 +179,34 @@ def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> Ver
                 current[m.probe_set] = probe_text_hashes(store, m.probe_set)
             report.problems.extend(verify_texts(store, m, current[m.probe_set],
                                                 frozenset(p.shard_id for p in problems)))
+    report.orphans = [rel for rel in store.glob("embeddings/*/*/*/part-*.parquet") if rel not in listed]
     return report
+
+
+def remove_orphans(store: Store, orphans: list[str]) -> tuple[list[str], list[str]]:
+    """Remove orphan part files, each release under its lease; returns (removed, kept because a live run holds
+    the release: it may still commit them)."""
+    by_release: dict[tuple[str, str], list[str]] = {}
+    for rel in orphans:
+        _, model, release, *_ = rel.split("/")
+        by_release.setdefault((model.removeprefix("model="), release.removeprefix("release=")), []).append(rel)
+    removed, kept = [], []
+    run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    for (model, release), files in sorted(by_release.items()):
+        try:
+            held = lease.acquire(store, model, release, run)
+        except lease.LeaseHeldError:
+            kept.extend(files)
+            continue
+        try:
+            listed = {f"{_partition(store, m)}/{p.file}" for m in store.manifests(model, release) for p in m.parts}
+            for rel in files:
+                if rel not in listed:  # committed meanwhile by a run that has since ended: keep it
+                    store.rm(rel)
+                    removed.append(rel)
+        finally:
+            lease.release(store, model, release, held.run_id)
+    return removed, kept
 
 
 def raise_if_corrupt(store: Store, problems: list[Problem]) -> None:
