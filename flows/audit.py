@@ -1,10 +1,15 @@
 """Audit flows: wiring only. Every step is a plain function of :mod:`pipeline.audit.steps`, declared as a
 Prefect task once, here, beside the flows that run it.
 
-``audit_release`` reads like DESIGN.md's "flow of one audit": resolve the model,
+``audit_release`` reads like docs/design.md's "path of an audit": resolve the model,
 register the run, embed the probe sets on Dask (``embed_probes``), run the SQL
 analyses, compare with the previous release, render the report and the models page, and fail loudly on a
 regression.
+
+``embed_probes`` keeps the flow process out of the per-item work: a worker loads, gates and plans each probe
+set (``prepare_probes``); workers embed, gate and write each shard's part (``embed_shard``); the flow keeps a
+bounded window of shard tasks in flight and adds finished parts to the manifest in batches (``commit_batch``).
+It holds a few hundred bytes per shard and nothing per item.
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ from dataclasses import dataclass, field
 import dask
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
-from prefect.futures import as_completed
 from prefect.runtime import flow_run
 
 from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
-from flows.runners import api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
+from flows.runners import InFlightWindow, api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
 from flows.timings import Timing, recorded_timings
+from flows.window import completed_in_window
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
 from pipeline.audit import steps
+from pipeline.audit.batches import BatchCommitter
 from pipeline.audit.context import AuditContext
 from pipeline.embedding.precision import default_release
 from pipeline.progress import reporter
@@ -47,11 +53,11 @@ resolve_model = _task(steps.resolve, "resolve_model")
 register_run = _task(write_run, "register_run")
 sweep_abandoned_runs = _task(steps.sweep_abandoned_runs)
 open_release = _task(steps.open_release)
-load_probes = _task(steps.load_and_store_probes, "load_probes")
-plan_shards = _task(steps.plan_shards)
+prepare_probes = _task(steps.prepare_probes)
 compute_token_norms = _task(steps.compute_token_norms)
 embed_shard = _task(steps.embed_shard)
-validate_and_commit = _task(steps.validate_and_commit)
+commit_batch = _task(steps.commit_batch)
+sweep_orphans = _task(steps.sweep_orphans)
 commit_token_norms = _task(steps.commit_token_norms)
 run_analyses = _task(steps.run_analyses)
 compare_with_previous = _task(steps.compare_with_previous)
@@ -73,6 +79,7 @@ class AuditSummary:
     flow_run_id: str | None = None  # the ``audit_release`` flow run, whose records hold the timings
     embedded_items: dict = field(default_factory=dict)
     skipped_shards: dict = field(default_factory=dict)
+    reused_shards: dict = field(default_factory=dict)  # orphan parts of an earlier, killed run committed as they were
     results: object = None
     alerts: object = None
     previous_release: str | None = None
@@ -82,36 +89,68 @@ class AuditSummary:
 
 @flow(name="embed_probes")
 def embed_probes(ctx: AuditContext, probes: list[str], limit: int | None = None, replace: bool = False) -> dict:
-    """Embed probe sets shard by shard on the Dask task runner; commit each shard as it validates."""
+    """Embed probe sets shard by shard on the Dask task runner; commit the written parts in batches."""
     log = get_run_logger()
-    out = {"embedded": {}, "skipped": {}}
+    out = {"embedded": {}, "skipped": {}, "reused": {}}
     with gpu_annotation():
-        # submitted first, so an idle worker loads the model and computes these while the probe sets load
-        # here; at a lower priority, so a worker that joins later takes the first shard before them
+        # submitted first, so an idle worker loads the model and computes these while the probe sets load;
+        # at a lower priority, so a worker that joins later takes the first shard before them
         with dask.annotate(priority=-1):
             token_norms = compute_token_norms.submit(ctx)
         for spec in probes:
-            ps = load_probes(ctx.settings, spec, ctx.run_id, replace)
-            todo, skipped = plan_shards(ctx, ps, limit)
-            out["skipped"][ps.name] = skipped
-            log.info("%s: %d shards to embed, %d already committed", ps.name, len(todo), skipped)
-            template = steps.manifest_template(ctx, ps.name)
-            futures = {embed_shard.submit(ctx, s): s for s in todo}
-            progress = reporter()
-            progress.start(ps.name, len(todo), sum(s.size for s in todo))
-            embedded = 0
-            for fut in as_completed(list(futures)):
-                rows = validate_and_commit(ctx, _shard_result(fut, futures[fut]), futures[fut], template)
-                embedded += rows
-                progress.advance(rows)
-            progress.finish()
-            out["embedded"][ps.name] = embedded
+            plan = prepare_probes.submit(ctx, spec, limit, replace).result()  # on a worker: the items stay there
+            for warning in plan.warnings:
+                log.warning(warning)
+            out["skipped"][plan.name] = plan.skipped
+            log.info("%s: %d shards to embed (%d written by an earlier run, to check and reuse), %d already "
+                     "committed", plan.name, len(plan.refs), plan.reusable, plan.skipped)
+            out["embedded"][plan.name], out["reused"][plan.name] = _embed_and_commit(ctx, plan)
+            sweep_orphans(ctx, plan.name)  # parts of this partition no manifest lists (none once all are committed)
     commit_token_norms(ctx, token_norms.result())
     return out
 
 
+def _embed_and_commit(ctx: AuditContext, plan: steps.ProbePlan) -> tuple[int, int]:
+    """Run ``plan``'s shards in a bounded window and commit their parts in batches; (rows, reused shards)."""
+    template = steps.manifest_template(ctx, plan.name)
+    batches = BatchCommitter(lambda parts: commit_batch(ctx, template, parts))
+    progress = reporter()
+    progress.start(plan.name, len(plan.refs), sum(r.size for r in plan.refs))
+    rows = reused = 0
+    try:
+        for done in completed_in_window(lambda ref: embed_shard.submit(ctx, ref, template), plan.refs,
+                                        InFlightWindow(), batches.wait_s):
+            if done is None:  # the waiting parts are due while no shard finished
+                batches.flush()
+                continue
+            part = _shard_result(done[1], done[0])
+            rows += part.info.rows
+            reused += part.reused
+            batches.add(part)
+            progress.advance(part.info.rows)
+        batches.flush()
+    except BaseException as exc:
+        if not is_interrupt(exc):  # keep what finished before the failure; an interrupt leaves orphans to reuse
+            _commit_finished(ctx, template, batches)
+        raise
+    finally:
+        progress.finish()
+    return rows, reused
+
+
+def _commit_finished(ctx: AuditContext, template, batches: BatchCommitter) -> None:
+    """After a failure: commit the parts already written and checked, never hiding the failure itself."""
+    if not batches.pending:
+        return
+    try:
+        steps.commit_batch(ctx, template, batches.pending)
+    except Exception as exc:  # noqa: BLE001 - the run's own error is the one to raise; these parts stay orphans
+        get_run_logger().warning("%d written part(s) were not committed (%s: %s); the next audit reuses them",
+                                 len(batches.pending), type(exc).__name__, exc)
+
+
 def _shard_result(fut, shard):
-    """The staged part of a shard; a shard no worker could take (Dask's no-workers-timeout) is named."""
+    """The written part of a shard; a shard no worker could take (Dask's no-workers-timeout) is named."""
     try:
         return fut.result()
     except Exception as exc:
@@ -173,6 +212,7 @@ def audit_release(
         open_release(ctx)  # one audit per release at a time
         embedded = embed_probes.with_options(task_runner=dask_runner(settings))(ctx, probes, limit, replace)
         summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
+        summary.reused_shards = embedded["reused"]
         # tasks rather than subflows: a subflow costs about a second of API calls
         summary.results = run_analyses(ctx)
         summary.previous_release, summary.alerts = compare_with_previous(ctx, thresholds or AlertThresholds())

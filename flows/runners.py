@@ -72,6 +72,38 @@ def _runner_has_gpus() -> bool:
     return any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
 
 
+def cluster_threads() -> int:
+    """Threads of the current flow's Dask workers together (1 outside a Dask task runner)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = getattr(ctx, "task_runner", None)
+    if not isinstance(runner, DaskTaskRunner):
+        return 1
+    return max(1, sum(runner.client.nthreads().values()))
+
+
+class InFlightWindow:
+    """How many shard tasks the flow keeps in flight: ``per_thread`` per worker thread of the cluster, looked up
+    again every ``every_s`` seconds so workers that join later get work too.
+
+    Two per thread: a worker finishing a shard finds the next one already queued on it, while the flow holds
+    only a few futures (not one per shard of the audit).
+    """
+
+    def __init__(self, per_thread: int = 2, every_s: float = 10.0) -> None:
+        self.per_thread, self.every_s = per_thread, every_s
+        self._size, self._at = 0, float("-inf")
+
+    def __call__(self) -> int:
+        import time
+
+        now = time.monotonic()
+        if now - self._at >= self.every_s:
+            self._size, self._at = max(2, self.per_thread * cluster_threads()), now
+        return self._size
+
+
 @contextlib.contextmanager
 def gpu_annotation():
     """Annotate tasks submitted inside to need one ``GPU`` resource when any worker declares GPUs.

@@ -9,7 +9,7 @@ import polars as pl
 from scipy import stats
 
 from pipeline.probes import ProbeSet, write_probe_tables
-from pipeline.storage.parts import commit_part, embeddings_table, stage_part
+from pipeline.storage.parts import commit_part, embeddings_table
 from pipeline.storage.shards import split_shards
 from pipeline.storage.store import Manifest, Store
 
@@ -25,7 +25,7 @@ class FakeResult:
 def store_synthetic(store: Store, model: str, release: str, ps: ProbeSet, norms: np.ndarray, dim: int = 4,
                     shard_size: int = 50, seed: int = 0, n_tokens: np.ndarray | None = None,
                     vectors: np.ndarray | None = None) -> None:
-    """Commit embeddings with the given norms for ``ps`` via stage_part/commit_part.
+    """Commit embeddings with the given norms for ``ps`` via write_part/commit_parts (:func:`commit_part`).
 
     ``vectors`` (rows scaled to ``norms``) default to random directions; ``n_tokens`` defaults to 3.
     """
@@ -42,8 +42,7 @@ def store_synthetic(store: Store, model: str, release: str, ps: ProbeSet, norms:
     for shard in split_shards(ps.name, ps.items, fp, template.params, shard_size):
         sl = slice(shard.start, shard.start + shard.size)
         res = FakeResult(vectors[sl], norms[sl], n_tokens[sl], np.zeros(shard.size, bool))
-        part = stage_part(store, "run-x", model, release, shard, embeddings_table(model, release, shard, res))
-        commit_part(store, part, template)
+        commit_part(store, shard, embeddings_table(model, release, shard, res), template)
 
 
 def word_probe_set(name: str, n: int, props: dict[str, np.ndarray]) -> ProbeSet:

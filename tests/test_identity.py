@@ -352,7 +352,8 @@ def test_python_and_duckdb_text_hashes_agree():
 
 def test_a_part_with_another_texts_hash_fails_its_gate(tmp_path):
     from pipeline.quality.gates import gate_part
-    from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
+    from pipeline.storage.parts import PartValidationError, embeddings_table, encode_table
+    from pipeline.storage.shards import Shard
     from pipeline.storage.store import Manifest
     from tests.helpers import FakeResult
 
@@ -366,8 +367,9 @@ def test_a_part_with_another_texts_hash_fails_its_gate(tmp_path):
     assert table["text_sha256"].to_pylist() == shard.text_sha256 == [_sha(t) for t in shard.texts]
     template = Manifest("m", "r", "w", "f" * 64, {}, 4, "float32")
     planned = [*shard.text_sha256[:2], _sha("a text that was not embedded"), *shard.text_sha256[3:]]
-    part = stage_part(store, "run-1", "m", "r", shard, table)
+    as_planned = Shard(shard.probe_set, shard.shard_id, shard.start, shard.item_ids, shard.texts, planned)
+    data = encode_table(table)
     with pytest.raises(PartValidationError, match="text_is_shards") as err:
-        gate_part(store, part, shard.item_ids, template, "run-1", planned)
+        gate_part(store, table, data, as_planned, template, "run-1")
     assert "w00002" in str(err.value)
-    assert sha256_bytes(store.read_bytes(f"quarantine/run-1/w/part-{shard.shard_id}.parquet")) == part.sha256
+    assert sha256_bytes(store.read_bytes(f"quarantine/run-1/w/part-{shard.shard_id}.parquet")) == sha256_bytes(data)

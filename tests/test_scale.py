@@ -18,7 +18,7 @@ from pipeline.probes.base import ProbeInputError, ProbeSet
 from pipeline.probes.scale import english_words, template_sentences, write_probe_file
 from pipeline.probes.templates import TEMPLATES
 from pipeline.quality.suites import embeddings_frame, validate_embeddings
-from pipeline.storage.parts import commit_part, embeddings_table, stage_part
+from pipeline.storage.parts import commit_part, embeddings_table
 from pipeline.storage.shards import (
     MAX_AUTO_SHARD_SIZE,
     MIN_AUTO_SHARDS,
@@ -105,8 +105,8 @@ def _commit(store: Store, ps: ProbeSet, start: int, size: int, seed: int = 0):
     vectors = rng.normal(size=(size, 4)).astype(np.float32)
     res = FakeResult(vectors, np.linalg.norm(vectors.astype(np.float64), axis=1), np.full(size, 3),
                      np.zeros(size, bool))
-    part = stage_part(store, "run-x", "m", "r", shard, embeddings_table("m", "r", shard, res))
-    return commit_part(store, part, Manifest("m", "r", ps.name, FP, PARAMS, 4, "float32"))
+    return commit_part(store, shard, embeddings_table("m", "r", shard, res), Manifest("m", "r", ps.name, FP, PARAMS, 4,
+                                                                                   "float32"))
 
 
 def test_a_partial_overlap_is_refused_after_many_commits_and_nothing_changes(tmp_path):

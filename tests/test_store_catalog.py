@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.names import check_name
 from pipeline.storage.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
-from pipeline.storage.parts import embeddings_table, stage_part
+from pipeline.storage.parts import embeddings_table, encode_table, write_part
 from pipeline.storage.shards import split_shards
 from pipeline.storage.store import StorageError, Store
 from tests.helpers import FakeResult, store_synthetic, word_probe_set
@@ -57,12 +57,13 @@ def test_catalog_connection_keeps_freed_memory_up_to_its_limit(tmp_path):
         con.close()
 
 
-def test_staged_part_is_invisible(tmp_path):
+def test_written_but_uncommitted_part_is_invisible(tmp_path):
     store = Store(str(tmp_path / "root"))
     ps = _ps(10)
     shard = split_shards("words", ps.items, "f" * 64, {}, 10)[0]
     res = FakeResult(np.ones((10, 4), np.float32), np.full(10, 2.0), np.full(10, 3), np.zeros(10, bool))
-    stage_part(store, "run", "m", "r", shard, embeddings_table("m", "r", shard, res))
+    info = write_part(store, "m", "r", shard, encode_table(embeddings_table("m", "r", shard, res)), 10)
+    assert store.exists(f"{store.embeddings_dir('m', 'r', 'words')}/{info.file}")  # in its final place
     assert open_catalog(store).execute("select count(*) from embeddings").fetchall()[0][0] == 0
 
 

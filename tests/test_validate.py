@@ -20,7 +20,7 @@ from pipeline.quality.gx_adapter import GXLayoutError, check_rendered, place_val
 from pipeline.quality.suites import DataValidationError, suite_name, validate_embeddings, validate_token_norms
 from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
-from pipeline.storage.parts import PartValidationError, embeddings_table, stage_part
+from pipeline.storage.parts import PartValidationError, embeddings_table, encode_table
 from pipeline.storage.shards import split_shards
 from pipeline.storage.store import Manifest, Store, open_store
 from tests.helpers import FakeResult, word_probe_set
@@ -144,11 +144,10 @@ def test_probe_set_gate_refuses_bad_properties(tmp_path):
     assert store.exists("reports/validation/run-1/probe_items/words.json")
 
 
-def _stage(store, ids, vectors, norms, run_id="run-1"):
+def _encoded(ids, vectors, norms):
     shard, table = _table(vectors, norms, ids)
-    part = stage_part(store, run_id, "m", "r", shard, table)
     template = Manifest("m", "r", "words", "f" * 64, {}, DIM, "float32")
-    return shard, part, template
+    return shard, table, encode_table(table), template
 
 
 @pytest.mark.parametrize("remote", [False, True])
@@ -159,14 +158,15 @@ def test_failed_part_is_quarantined_with_its_result_and_docs_are_built(tmp_path,
         store = Store(str(tmp_path / "root"))
     v, n, ids = _part()
     n[3] = np.nan
-    shard, part, template = _stage(store, ids, v, n)
+    shard, table, data, template = _encoded(ids, v, n)
     with pytest.raises(PartValidationError) as err:
-        gate_part(store, part, shard.item_ids, template, "run-1")
+        gate_part(store, table, data, shard, template, "run-1")
     msg = str(err.value)
     assert "expect_column_values_to_not_be_null(norm) failed for 1 rows" in msg and "'w00003'" in msg
     assert "quarantine/run-1/words" in msg
     q = f"quarantine/run-1/words/part-{shard.shard_id}"
-    assert store.exists(f"{q}.parquet") and not store.exists(part.staged)
+    assert store.read_bytes(f"{q}.parquet") == data  # the bytes that failed, and nothing in the partition
+    assert not store.glob("embeddings/**/*.parquet")
     record = json.loads(store.read_bytes(f"{q}.report.json"))
     assert record["success"] is False and record["validation_result"]["success"] is False
     assert open_catalog(store).execute("select count(*) from embeddings").fetchall() == [(0,)]

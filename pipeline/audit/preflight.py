@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # polars and the probe readers load only after the model spec
 __all__ = ["DEFAULT_MODEL", "Preflight", "check_audit_inputs", "default_tokenizer_warning", "unknown_only_items"]
 
 DEFAULT_MODEL = "minilm-l6"  # the model the README's examples audit
+# A probe file (or stored set) larger than this is not loaded in the CLI's process: the flow runs there, and its
+# memory must not grow with the items (a million sentences are ~20 MB of Parquet, ~0.4 GB loaded). The worker
+# that loads and gates the set runs the same checks (steps.prepare_probes): its errors come a few seconds later.
+PREFLIGHT_MAX_BYTES = 32 << 20
 
 
 @dataclass
@@ -154,6 +158,10 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
     for name in probes:
         if _shipped(name):  # a built-in name (or template of one) is valid as given: the flow loads it
             continue
+        size = checked_on_worker(name, settings, store)
+        if size is not None:
+            tell("note", f"{name}: {size / 2**20:.0f} MB, loaded and checked by the worker that embeds it")
+            continue
         ps = load_probe_set(name, settings.storage_options(), store=store)
         if brings_file(name):  # the flow refuses this too, but only after Prefect and Dask have started
             refuse_silent_replace(store, ps, name, replace)
@@ -171,6 +179,50 @@ def check_audit_inputs(settings, model: str, probes: list[str], limit: int | Non
                 raise ProbeInputError(message)
             tell("warning", message)
     return out
+
+
+def checked_on_worker(spec: str, settings, store) -> int | None:
+    """The bytes of ``spec``'s probe file (or stored items) when over :data:`PREFLIGHT_MAX_BYTES`, else None:
+    such a set is loaded and checked by a worker (:func:`unknown_token_warning`), never in the CLI's process."""
+    import fsspec
+
+    from pipeline.probes import brings_file
+    from pipeline.probes.templates import split_template
+
+    templated = split_template(spec)
+    base = templated[0] if templated else spec
+    try:
+        if brings_file(spec):
+            fs, path = fsspec.core.url_to_fs(base, **(settings.storage_options() if "://" in base else {}))
+            size = fs.size(path)
+        else:
+            rel = f"{store.probes_dir(base)}/items.parquet"
+            size = store.fs.size(store.path(rel)) if store.exists(rel) else None
+    except (OSError, ValueError):  # missing or unreadable: the pre-flight's own load says so, with its message
+        return None
+    return size if size is not None and size > PREFLIGHT_MAX_BYTES else None
+
+
+def unknown_token_warning(settings, resolved: ResolvedModel, ps: ProbeSet, spec: str,
+                          limit: int | None = None) -> str | None:
+    """On the worker, for a set the pre-flight left to it (:func:`checked_on_worker`): the unknown-token
+    warning, or :class:`~pipeline.probes.base.ProbeInputError` when every audited text is the unknown token."""
+    from pipeline.probes.base import ProbeInputError
+    from pipeline.storage.store import open_store
+
+    if _shipped(spec) or checked_on_worker(spec, settings, open_store(settings)) is None:
+        return None
+    vocab = _vocabulary(resolved.path)
+    if vocab is None:
+        return None
+    audited = ps.head(limit)
+    ids = unknown_only_items(audited, vocab)
+    if not ids:
+        return None
+    message = _unknown_message(audited, ids, audited.items.height, vocab, f"model {resolved.spec.name!r}")
+    if len(ids) == audited.items.height:
+        raise ProbeInputError(message)
+    return message
 
 
 def _shipped(spec: str) -> bool:

@@ -6,8 +6,12 @@ own inputs (a probe set, a shard), so it can run in the flow process or on any D
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass, field
+
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
 from pipeline.analysis.compare import (
@@ -33,9 +37,29 @@ from pipeline.quality import gates
 from pipeline.settings import Settings
 from pipeline.storage import lease
 from pipeline.storage.catalog import open_catalog
-from pipeline.storage.parts import StagedPart, commit_part, embeddings_table, stage_part
+from pipeline.storage.parts import (
+    PART_NAME,
+    WrittenPart,
+    commit_parts,
+    embeddings_table,
+    encode_table,
+    orphans,
+    read_orphan,
+    write_part,
+)
 from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_results
-from pipeline.storage.shards import Shard, committed_item_ids, default_shard_size, pending_shards, split_shards
+from pipeline.storage.shards import (
+    PartRows,
+    Shard,
+    ShardRef,
+    committed_item_ids,
+    default_shard_size,
+    pending_shards,
+    read_shard,
+    shard_ref,
+    split_shards,
+    superseded_parts,
+)
 from pipeline.storage.store import Manifest, Store, open_store
 from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
@@ -86,6 +110,49 @@ def load_and_store_probes(settings: Settings, spec: str, run_id: str | None = No
     return ps
 
 
+@dataclass
+class ProbePlan:
+    """What the flow holds of one probe set to embed: its name and its shards' refs, never its items."""
+
+    name: str
+    refs: list[ShardRef]
+    skipped: int  # shards already committed
+    reusable: int = 0  # refs with an orphan part to check and reuse instead of embedding
+    warnings: list[str] = field(default_factory=list)
+
+
+def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, replace: bool = False) -> ProbePlan:
+    """Load, gate and store a probe set, then plan its shards: the per-item work before embedding, on a worker.
+
+    The flow gets back only a :class:`ProbePlan` (a few hundred bytes per shard), so its memory does not grow
+    with the probe set. A probe file too large for the CLI's pre-flight (:data:`pipeline.audit.preflight.
+    PREFLIGHT_MAX_BYTES`) has its unknown-token check here instead, and its warning comes back in the plan.
+    """
+    from pipeline.audit.preflight import unknown_token_warning
+
+    ps = load_and_store_probes(ctx.settings, spec, ctx.run_id, replace)
+    warning = unknown_token_warning(ctx.settings, ctx.resolved, ps, spec, limit)
+    plan = plan_probe_set(ctx, ps, limit)
+    plan.warnings.extend([warning] if warning else [])
+    return plan
+
+
+def plan_probe_set(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> ProbePlan:
+    """The refs of the shards still to embed (with the parts each supersedes and any orphan to reuse)."""
+    todo, skipped, manifest, committed = _plan(ctx, ps, limit)
+    supersedes = superseded_parts(todo, committed, manifest)
+    d = ctx.store.embeddings_dir(ctx.model, ctx.release, ps.name)
+    listed = manifest if manifest is not None else manifest_template(ctx, ps.name)
+    found = {}
+    for file in orphans(ctx.store, listed) if ctx.store.exists(d) else []:
+        m = PART_NAME.match(file)
+        if m is not None and m.group("sha"):
+            found[m.group("shard")] = file
+    params = {**embedding_params(ctx.resolved, ctx.settings), **ps.shard_params()}
+    refs = [shard_ref(s, params, supersedes[s.shard_id], found.get(s.shard_id)) for s in todo]
+    return ProbePlan(ps.name, refs, skipped, sum(r.orphan is not None for r in refs))
+
+
 def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[list[Shard], int]:
     """Shards of the first ``limit`` items still to embed, and how many shards were already committed.
 
@@ -93,6 +160,12 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
     :func:`pipeline.storage.shards.pending_shards`); a changed text is embedded again and its new part replaces
     the old one when it commits.
     """
+    todo, skipped, _, _ = _plan(ctx, ps, limit)
+    return todo, skipped
+
+
+def _plan(ctx: AuditContext, ps: ProbeSet, limit: int | None
+          ) -> tuple[list[Shard], int, Manifest | None, dict[str, PartRows]]:
     store, resolved = ctx.store, ctx.resolved
     size = ctx.settings.shard_size or default_shard_size(ps.items.height)  # of the whole set: --limit cuts its shards
     params = {**embedding_params(resolved, ctx.settings), **ps.shard_params()}
@@ -110,7 +183,7 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
         beyond = set(whole.item_ids[todo[-1].size:])
         if any(beyond & set(rows) for rows in committed.values()):
             todo[-1] = whole
-    return todo, len(shards) - len(todo)
+    return todo, len(shards) - len(todo), manifest, committed
 
 
 def _embedder(ctx: AuditContext):
@@ -119,20 +192,56 @@ def _embedder(ctx: AuditContext):
                         max_batch_size=s.max_batch_size, precision=s.precision)
 
 
-def embed_shard(ctx: AuditContext, shard: Shard) -> StagedPart:
-    """Embed one shard with the worker's cached model and write it to staging."""
+def embed_shard(ctx: AuditContext, ref: ShardRef, template: Manifest) -> WrittenPart:
+    """Embed one shard on a worker, gate it there and write it under its final name (or quarantine it).
+
+    The shard's items are read from the stored probe set (:func:`pipeline.storage.shards.read_shard`). An
+    orphan part of the same shard (written by a run killed before its commit) is checked (its bytes against
+    the sha256 in its name, then the same suite) and reused instead of embedding again. Nothing is visible until
+    the flow commits the returned part (:func:`commit_batch`).
+    """
+    store = ctx.store
+    shard = read_shard(store, ref, ctx.resolved.fingerprint)
+    if ref.orphan is not None:
+        found = read_orphan(store, ctx.model, ctx.release, ref.probe_set, ref.orphan)
+        if found is not None and found[1].shard_id == ref.shard_id:
+            data, info = found
+            gates.gate_part(store, pq.read_table(io.BytesIO(data)), data, shard, template, ctx.run_id)
+            info.start = shard.start
+            return WrittenPart(info, ref.probe_set, ref.supersedes, reused=True)
     result = _embedder(ctx).embed(shard.texts)
     table = embeddings_table(ctx.model, ctx.release, shard, result, ctx.settings.vector_dtype)
-    return stage_part(ctx.store, ctx.run_id, ctx.model, ctx.release, shard, table)
+    data = encode_table(table)
+    gates.gate_part(store, table, data, shard, template, ctx.run_id)  # GX suite, text hashes included
+    info = write_part(store, ctx.model, ctx.release, shard, data, table.num_rows)
+    return WrittenPart(info, ref.probe_set, ref.supersedes)
 
 
-def validate_and_commit(ctx: AuditContext, part: StagedPart, shard: Shard, template: Manifest) -> int:
-    """Check a staged part; commit it, or quarantine it and raise naming what failed. Returns the rows committed."""
-    # GX suite, including the shard's text hashes; quarantines and raises on failure
-    gates.gate_part(ctx.store, part, shard.item_ids, template, ctx.run_id, shard.text_sha256)
-    lease.ensure(ctx.store, part.model, part.release, ctx.run_id)  # one writer per release (pipeline/storage/lease.py)
-    commit_part(ctx.store, part, template)
-    return part.rows
+def commit_batch(ctx: AuditContext, template: Manifest, parts: list[WrittenPart]) -> int:
+    """Add written parts to their partition's manifest in one atomic write, under the release's lease.
+
+    Returns the rows committed.
+    """
+    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)  # one writer per release (pipeline/storage/lease.py)
+    commit_parts(ctx.store, template, parts)
+    return sum(p.info.rows for p in parts)
+
+
+def sweep_orphans(ctx: AuditContext, probe_set: str) -> int:
+    """Remove the part files of a partition its manifest does not list, once every shard of it is committed.
+
+    Runs under the release's lease after the audit's own shards have all finished, so no writer of this release
+    is left to commit them. Returns how many were removed.
+    """
+    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    manifest = ctx.store.read_manifest(ctx.model, ctx.release, probe_set)
+    if manifest is None:
+        return 0
+    d = ctx.store.embeddings_dir(ctx.model, ctx.release, probe_set)
+    gone = orphans(ctx.store, manifest)
+    for file in gone:
+        ctx.store.rm(f"{d}/{file}")
+    return len(gone)
 
 
 def compute_token_norms(ctx: AuditContext) -> dict | None:

@@ -244,6 +244,9 @@ def list_probe_sets(store: Store) -> pl.DataFrame:
                                       "kinds": pl.String, "properties": pl.String, "relations": pl.String})
 
 
+ITEM_ROW_GROUP = 8192  # a shard (4,096 x 2^k items, aligned) spans whole groups of this size or sits in one
+
+
 def write_probe_tables(store: Store, ps: ProbeSet) -> None:
     """Write the probe set's items, properties and relations; unchanged tables are left alone.
 
@@ -259,4 +262,5 @@ def write_probe_tables(store: Store, ps: ProbeSet) -> None:
         rel = f"{d}/{table}.parquet"
         if store.exists(rel) and store.read_table(rel).equals(arrow):
             continue
-        store.write_table(rel, arrow)
+        # items in groups of ITEM_ROW_GROUP rows: each worker reads only its shard's groups (storage.shards.read_shard)
+        store.write_table(rel, arrow, row_group_size=ITEM_ROW_GROUP if table == "items" else None)

@@ -1,7 +1,7 @@
 """Quality gates at the storage boundary: nothing reaches a view without passing its GX suite.
 
-* :func:`gate_part`: a staged embeddings part, before its commit. On failure the part and its
-  GX result go to ``quarantine/<run_id>/<probe_set>/`` and :class:`PartValidationError` names
+* :func:`gate_part`: an embeddings part, on the worker that embedded it, before it is written. On failure
+  the part and its GX result go to ``quarantine/<run_id>/<probe_set>/`` and :class:`PartValidationError` names
   the expectation, the count and a few item ids.
 * :func:`gate_token_norms`: the token-norm table, before it is written (quarantined likewise).
 * :func:`gate_probe_set`: a probe set's items and properties, before they are written.
@@ -13,12 +13,10 @@ Data Docs (:mod:`pipeline.quality.datadocs`).
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.quality.datadocs import build_data_docs, data_docs_path, save_validation, validation_key
 from pipeline.quality.suites import (
@@ -30,35 +28,30 @@ from pipeline.quality.suites import (
     validate_training_trace,
 )
 from pipeline.storage import lease
-from pipeline.storage.parts import PartValidationError, StagedPart, quarantine_part
-from pipeline.storage.store import Manifest, StorageError, Store, sha256_bytes
+from pipeline.storage.parts import PartValidationError, quarantine_table
+from pipeline.storage.shards import Shard
+from pipeline.storage.store import Manifest, Store, sha256_bytes
 
 _log = logging.getLogger(__name__)
 
 
-def gate_part(store: Store, part: StagedPart, expected_ids: list[str], template: Manifest,
-              run_id: str, expected_text_sha256: list[str] | None = None) -> ValidationReport:
-    """Validate a staged part with the ``embeddings`` suite; quarantine it and raise if it fails.
+def gate_part(store: Store, table: pa.Table, data: bytes, shard: Shard, template: Manifest,
+              run_id: str) -> ValidationReport:
+    """Validate one shard's part (``table``, encoded as ``data``) with the ``embeddings`` suite, where it was
+    embedded (a worker); quarantine it and raise if it fails.
 
-    ``expected_text_sha256`` (aligned with ``expected_ids``): the text hashes the shard was planned
-    with; the part's rows must carry exactly these (the audit always passes them).
+    The rows must be exactly the shard's items, each with the text hash the shard was planned with.
     """
-    data = store.read_bytes(part.staged)
-    if sha256_bytes(data) != part.sha256:
-        raise StorageError(
-            f"staged part {store.url(part.staged)} changed after it was written (sha256 differs): the "
-            "storage returned other bytes than the worker wrote. Rerun the audit; if it recurs, check the store."
-        )
-    meta = {"run_id": run_id, "shard_id": part.shard_id, "model": part.model, "release": part.release,
-            "probe_set": part.probe_set, "sha256": part.sha256}
-    report = validate_embeddings(pq.read_table(io.BytesIO(data)), expected_ids, template.dim,
-                                 template.vector_dtype, part.model, part.release, part.probe_set, meta,
-                                 expected_text_sha256)
-    save_validation(store, run_id, validation_key("embeddings", part.probe_set, f"part-{part.shard_id}"), report)
+    sha = sha256_bytes(data)
+    meta = {"run_id": run_id, "shard_id": shard.shard_id, "model": template.model, "release": template.release,
+            "probe_set": shard.probe_set, "sha256": sha}
+    report = validate_embeddings(table, shard.item_ids, template.dim, template.vector_dtype, template.model,
+                                 template.release, shard.probe_set, meta, shard.text_sha256)
+    save_validation(store, run_id, validation_key("embeddings", shard.probe_set, f"part-{shard.shard_id}"), report)
     if not report.success:
-        folder = quarantine_part(store, run_id, part, _quarantine_record(report))
+        folder = quarantine_table(store, run_id, shard.probe_set, shard.shard_id, data, _quarantine_record(report))
         raise PartValidationError(
-            f"shard {part.shard_id} of probe set {part.probe_set!r} ({part.model} @ {part.release}) failed "
+            f"shard {shard.shard_id} of probe set {shard.probe_set!r} ({template.model} @ {template.release}) failed "
             f"{report.suite} and was quarantined in {store.url(folder)}: {report.summary()}. Nothing of it is "
             f"visible. The GX result is next to the part and in {data_docs_path(store, run_id)}."
         )

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.probes.base import text_sha256 as hash_texts  # Shard's argument of that name would shadow it
-from pipeline.storage.store import Manifest, PartInfo, Store
+from pipeline.storage.store import Manifest, Store
 
 SHARD_SIZE = 4096  # items per shard of a small set (settings.shard_size, when given, decides)
 MIN_AUTO_SHARDS = 8  # a set gets larger shards only while it still makes at least this many
@@ -67,6 +68,72 @@ class Shard:
         return len(self.item_ids)
 
 
+@dataclass(frozen=True)
+class ShardRef:
+    """What the flow holds of one shard to embed: where its items are, never the items themselves.
+
+    The worker that embeds it reads the items ``[start, start + size)`` of the stored probe set
+    (:func:`read_shard`) and checks they still hash to ``shard_id``. ``supersedes`` are the committed parts
+    its part replaces (:func:`superseded_parts`); ``orphan`` names a part of this shard that an earlier run
+    wrote but never committed (a kill in between), which the worker checks and reuses instead of embedding.
+    """
+
+    probe_set: str
+    shard_id: str
+    start: int
+    size: int
+    params: dict = field(default_factory=dict)  # embedding parameters of the shard hash (with the template)
+    supersedes: tuple[str, ...] = ()
+    orphan: str | None = None
+
+
+def shard_ref(shard: Shard, params: dict, supersedes: tuple[str, ...] = (), orphan: str | None = None) -> ShardRef:
+    """The :class:`ShardRef` of a planned shard."""
+    return ShardRef(shard.probe_set, shard.shard_id, shard.start, shard.size, dict(params), supersedes, orphan)
+
+
+class ProbeSetChangedError(RuntimeError):
+    """The stored probe set no longer holds the items a shard was planned with."""
+
+
+def read_shard(store: Store, ref: ShardRef, fingerprint: str) -> Shard:
+    """The shard ``ref`` names, read from the stored probe set's items (only the row groups it spans).
+
+    Raises :class:`ProbeSetChangedError` when those items no longer hash to ``ref.shard_id`` (another audit
+    replaced the probe set after this one planned): embedding them would store rows the plan never checked.
+    """
+    rel = f"{store.probes_dir(ref.probe_set)}/items.parquet"
+
+    def read():
+        with store.fs.open(store.path(rel), "rb") as fh:
+            return read_rows(pq.ParquetFile(fh), ref.start, ref.size, ["item_id", "text"])
+
+    table = store.retry(read, f"read {rel}")
+    ids, texts = table["item_id"].to_pylist(), table["text"].to_pylist()
+    shard = Shard(ref.probe_set, ref.shard_id, ref.start, ids, texts)
+    if len(ids) != ref.size or shard_id(ids, shard.text_sha256, fingerprint, ref.params) != ref.shard_id:
+        raise ProbeSetChangedError(
+            f"probe set {ref.probe_set!r} changed while this audit ran: its items {ref.start}..{ref.start + ref.size}"
+            f" no longer hash to shard {ref.shard_id} (another `normaudit audit --replace` or `probes add` wrote it)."
+            " Nothing of this shard was written; rerun the audit."
+        )
+    return shard
+
+
+def read_rows(pf: pq.ParquetFile, start: int, size: int, columns: list[str]):
+    """Rows ``[start, start + size)`` of a Parquet file, reading only the row groups they fall in."""
+    groups, first, offset = [], None, 0
+    for g in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if offset + n > start and offset < start + size:
+            groups.append(g)
+            first = offset if first is None else first
+        offset += n
+    if not groups:
+        return pf.schema_arrow.empty_table().select(columns)
+    return pf.read_row_groups(groups, columns=columns).slice(start - first, size)
+
+
 def shard_id(item_ids: list[str], text_hashes: list[str], fingerprint: str, params: dict) -> str:
     """Content hash of a shard: same items, texts, weights and parameters -> same id."""
     h = hashlib.sha256()
@@ -89,7 +156,7 @@ def default_shard_size(n_items: int) -> int:
     its embedding on two CPU cores. Large sets get larger shards (a million items: 32,768 per shard, 31
     shards); small ones keep enough shards to spread over the workers and to lose little when interrupted.
     Every size is 4,096 times a power of two, so shards of two sizes nest: a part committed at one size is
-    inside a shard of a larger size, which supersedes it (:func:`merge_part`), or covers a shard of a
+    inside a shard of a larger size, which supersedes it (:func:`superseded_parts`), or covers a shard of a
     smaller one, which is then done (:func:`pending_shards`).
     """
     size = SHARD_SIZE
@@ -150,66 +217,35 @@ def pending_shards(shards: list[Shard], committed: dict[str, PartRows]) -> list[
     return [s for s in shards if not set(s.rows.items()) <= done]
 
 
-def merge_part(manifest: Manifest, part: PartInfo, part_ids: PartRows, owners: dict[str, str]) -> list[str]:
-    """Add ``part`` to ``manifest``; drop older parts it supersedes. Returns the dropped files.
+def superseded_parts(shards: list[Shard], committed: dict[str, PartRows], manifest: Manifest | None
+                     ) -> dict[str, tuple[str, ...]]:
+    """For each shard, the committed parts (shard ids) its part replaces when it commits.
 
-    ``owners`` maps every item of the manifest's parts to its part's shard id (:class:`CommitIndex`); it
-    is updated to the new manifest. An older part is superseded when all its items are in the new part:
-    a ``--limit`` prefix of the same shard, a smaller shard of the same items, or the same items with a
-    changed text (or no text hash yet), whose rows the new part replaces, so an item never has two rows.
-    A partial overlap means the probe set's items changed under a committed release, which would mix two
-    versions of items: refuse it (nothing changes). The cost is that of the new part's rows, not of the
-    partition's: a million-item partition commits its last part as fast as its first.
+    An older part is superseded when all its items are in the new part: a ``--limit`` prefix of the same shard,
+    a smaller shard of the same items, or the same items with a changed text (or no text hash yet), whose rows
+    the new part replaces, so an item never has two rows. A partial overlap means the probe set's items changed
+    under a committed release, which would mix two versions of items: :class:`ValueError`, before anything is
+    embedded. Computed once, where the shards are planned (a worker): during the audit only its own shards,
+    which never overlap each other, change the partition (the release's lease keeps every other writer out),
+    so the committing flow needs no index of item ids.
     """
-    overlap: dict[str, int] = {}
-    for i in part_ids:
-        owner = owners.get(i)
-        if owner is not None and owner != part.shard_id:
-            overlap[owner] = overlap.get(owner, 0) + 1
-    by_id = {p.shard_id: p for p in manifest.parts}
-    for owner, n in overlap.items():
-        old = by_id.get(owner)
-        if old is not None and n < old.rows:
-            raise ValueError(
-                f"part {part.file} overlaps committed part {old.file} of {manifest.model}/{manifest.release}/"
-                f"{manifest.probe_set} in {n} items without containing it: the probe set changed "
-                "since that release was embedded. Audit it under a new --release label."
-            )
-    # the same shard embedded again (e.g. after a failed commit) has the same items: its old entry is replaced
-    gone = {part.shard_id, *overlap}
-    dropped = [p.file for p in manifest.parts if p.shard_id in overlap]
-    manifest.parts = sorted([*(p for p in manifest.parts if p.shard_id not in gone), part], key=lambda p: p.start)
-    for i in part_ids:
-        owners[i] = part.shard_id
-    return dropped
-
-
-class CommitIndex:
-    """Which committed part holds each item of one partition, kept in the committing process.
-
-    Committing a part must find the parts it supersedes or overlaps (:func:`merge_part`); reading every
-    committed part's ids at each commit made an audit's commits quadratic in its parts (a million items in
-    4,096-item shards read 30,000 parts). The index is read from storage once, and again only when the
-    manifest's parts are not the ones it last saw (another writer, a failed commit): the parts are named
-    by their sha256, so an unchanged list means unchanged rows.
-    """
-
-    def __init__(self) -> None:
-        self.parts: tuple[tuple[str, str], ...] | None = None  # (shard_id, sha256) the owners reflect
-        self.owners: dict[str, str] = {}
-
-    @staticmethod
-    def signature(manifest: Manifest | None) -> tuple[tuple[str, str], ...]:
-        return tuple((p.shard_id, p.sha256) for p in manifest.parts) if manifest is not None else ()
-
-    def owners_for(self, store: Store, manifest: Manifest | None) -> dict[str, str]:
-        """``item_id -> shard_id`` of ``manifest``'s parts (read from storage unless already known)."""
-        sig = self.signature(manifest)
-        if sig != self.parts:
-            self.owners = {i: sid for sid, rows in committed_item_ids(store, manifest).items() for i in rows}
-            self.parts = sig
-        return self.owners
-
-    def committed(self, manifest: Manifest) -> None:
-        """Record that ``manifest`` (as written) is what the owners now reflect."""
-        self.parts = self.signature(manifest)
+    owners = {i: sid for sid, rows in committed.items() for i in rows}
+    sizes = {sid: len(rows) for sid, rows in committed.items()}
+    files = {p.shard_id: p.file for p in manifest.parts} if manifest is not None else {}
+    out = {}
+    for shard in shards:
+        overlap: dict[str, int] = {}
+        for i in shard.item_ids:
+            owner = owners.get(i)
+            if owner is not None and owner != shard.shard_id:
+                overlap[owner] = overlap.get(owner, 0) + 1
+        for owner, n in overlap.items():
+            if n < sizes[owner]:
+                raise ValueError(
+                    f"shard {shard.shard_id} of probe set {shard.probe_set!r} overlaps committed part "
+                    f"{files.get(owner, owner)} of {manifest.model}/{manifest.release} in {n} items without "
+                    "containing it: the probe set changed since that release was embedded. Audit it under a new "
+                    "--release label."
+                )
+        out[shard.shard_id] = tuple(sorted(overlap))
+    return out

@@ -267,10 +267,13 @@ class Store:
         return sorted(h[len(prefix):] if h.startswith(prefix) else h for h in hits)
 
     # ---------- parquet ----------
-    def write_table(self, rel: str, table: pa.Table) -> tuple[int, str]:
-        """Atomically write a Parquet file; returns (rows, sha256 of the file bytes)."""
+    def write_table(self, rel: str, table: pa.Table, row_group_size: int | None = None) -> tuple[int, str]:
+        """Atomically write a Parquet file; returns (rows, sha256 of the file bytes).
+
+        ``row_group_size`` (rows): smaller groups let a reader of a slice decode only the rows near it.
+        """
         buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
+        pq.write_table(table, buf, compression="zstd", row_group_size=row_group_size)
         data = buf.getvalue()
         self.write_bytes_atomic(rel, data)
         return table.num_rows, sha256_bytes(data)
