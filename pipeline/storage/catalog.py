@@ -47,7 +47,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "results": {
         "run_id": "VARCHAR", "analysis": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR",
         "probe_set": "VARCHAR", "property": "VARCHAR", "statistic": "VARCHAR", "value": "DOUBLE",
-        "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n": "BIGINT",
+        "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n": "BIGINT", "n_resamples": "BIGINT", "ci_method": "VARCHAR",
     },
     "alerts": {
         "run_id": "VARCHAR", "analysis": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR",
