@@ -1,0 +1,419 @@
+"""What the pipeline itself carries when the model is nearly free: whole audits of 1 M and 5 M sentences.
+
+Run:  python benchmarks/pipeline_ceiling.py [--sizes 1000000 5000000] [--workers 2] [--keep DIR] [--code DIR]
+
+The model is the tests' tiny BERT (``tests/builders.build_tiny_model``: hidden 32, 2 layers), so the
+embedding costs little and what bounds the audit is the rest: probe loading and its gate, the commit path
+(each part's validation, write and manifest entry), Prefect's and Dask's bookkeeping, the analyses. For each
+size, on a fresh root, the installed CLI runs ``normaudit audit --model TINY --probes FILE --root ROOT
+--timings --workers W`` in a subprocess (a local cluster of W Dask workers and the temporary Prefect API; no
+PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script prints:
+
+- the whole audit's wall seconds and items/s, against plain ``Embedder.embed`` of the same texts with the same
+  tiny model, run by this script as the audit's workers run it (W processes of cores // W torch threads; half
+  of the texts before the audit, half after, so load drift on a shared machine weighs on both sides alike):
+  the ratio audit / plain;
+- parts committed per second: parts in the partition's manifest / seconds of the embedding phase
+  (``embed_probes`` in ``--timings``);
+- peak RSS and CPU-seconds of every process of the audit (the CLI process holds the flow and the local Dask
+  scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds;
+- the CLI's CPU-seconds and RSS at each tenth of the rows committed (polled from the manifest) and at the
+  moment the last row is committed, the end of the embedding phase, so the commit path's CPU and that of
+  the analyses and the report after it can be told apart; the analyses' seconds (``run_analyses``);
+- at the end, between the smallest and the largest size: the flow (CLI) process's marginal CPU-seconds per
+  million items, whole audit and up to the end of the embedding phase, and the ratio of its peak RSS.
+
+Texts. Up to 1,156,092 items (wordfreq's 289,023 ASCII alphabetic English words x the 4 sentence templates)
+the set is exactly ``pipeline/probes/scale.write_probe_file``'s: ``<template>:<word>``, e.g. ``This is a
+house.``. Beyond that it goes on with word pairs, deterministically: for the second word w2 taken in
+frequency order, every first word w1 != w2 in frequency order, each in every template in turn, the template
+filled with ``w1 and a w2`` (``a photo of a house and a tree.``), id ``<template>:<w1>+<w2>``. Every item
+has the property ``zipf``: its first word's wordfreq Zipf frequency. The file has write_probe_file's
+columns (item_id, text, kind, lang, source, zipf). The whole file is the probe file the flow loads, however
+large: whether the flow's probe loading holds it is part of what this measures.
+
+Memory guard: on a shared machine, if available memory (psutil) drops below ``--min-available-gib`` during
+an audit, the audit is stopped (SIGTERM to the CLI, SIGKILL of what is left of the processes it started) and
+the size is reported as ``stopped at X rows committed, RSS Y GiB at Z s``.
+
+``--code DIR`` runs the audit on another checkout of the code (e.g. a git worktree of an earlier commit):
+DIR goes first on the CLI's PYTHONPATH (the Dask workers inherit it), this process imports ``pipeline`` and
+``tests`` from it too (the plain encode, the tiny model, the texts), and the output names DIR's commit and
+where the subprocess found ``pipeline``, ``flows`` and the SQL files.
+
+Every figure is measured in this one run; exit status 1 when an audit fails or had to be stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 2**30
+SET = "template-sentences"
+PAIR_JOIN = " and a "
+# the probe file's set name is its stem; the same name at every size (each size has its own fresh root)
+PLAIN_SLICE = 50_000  # texts per plain-encode job: small enough to spread evenly over the processes
+
+
+def use_code(code: Path | None) -> Path:
+    """Import ``pipeline`` and ``tests`` from ``code`` (default: this repository) before anything else does."""
+    base = (code or REPO).resolve()
+    sys.path.insert(0, str(base))
+    import pipeline
+    import tests
+
+    for mod in (pipeline, tests):
+        if not Path(mod.__file__).resolve().is_relative_to(base):
+            sys.exit(f"error: {mod.__name__} was imported from {mod.__file__}, not from {base}")
+    return base
+
+
+def commit_of(base: Path) -> str:
+    """The commit checked out in ``base``, with ``+ uncommitted changes`` when its tree differs from it."""
+    head = subprocess.run(["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        return "unknown (not a git checkout)"
+    dirty = subprocess.run(["git", "-C", str(base), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
+def subprocess_env(base: Path, code: Path | None) -> dict:
+    from million_audit import cli_env
+
+    env = cli_env()
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(base), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def where_subprocess_imports(env: dict, cwd: Path) -> str:
+    """Where a Python started with ``env`` finds pipeline, flows and the SQL files (checked, not assumed)."""
+    probe = ("import flows, pipeline; from pipeline.analysis.sql import sql_dir; "
+             "print(pipeline.__file__, flows.__file__, sql_dir())")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"error: a subprocess with the audit's environment cannot import the code:\n{out.stderr}")
+    return out.stdout.strip()
+
+
+def english_words() -> list[str]:
+    """Every word :func:`pipeline.probes.scale.english_words` draws from, most frequent first (same rule)."""
+    from wordfreq import top_n_list
+
+    return [w for w in top_n_list("en", 10**7) if w.isascii() and w.isalpha()]
+
+
+def ceiling_sentences(n: int):
+    """The first ``n`` items of the benchmark's set (see the module docstring) as a probe-file frame."""
+    import polars as pl
+    from wordfreq import zipf_frequency
+
+    from pipeline.probes.scale import template_sentences
+    from pipeline.probes.templates import TEMPLATES
+
+    words = english_words()
+    singles = len(words) * len(TEMPLATES)
+    first = template_sentences(min(n, singles))
+    if n <= singles:
+        return first
+    source = f"{first['source'][0]}; beyond {singles:,} items, word pairs ('w1 and a w2')"
+    vocab = pl.DataFrame({"w1": words, "zipf": [zipf_frequency(w, "en") for w in words]}).with_row_index("rank")
+    forms = pl.DataFrame({
+        "key": list(TEMPLATES),
+        "prefix": [t.partition("{}")[0] for t in TEMPLATES.values()],
+        "suffix": [t.partition("{}")[2] for t in TEMPLATES.values()],
+    }).with_row_index("form")
+    grid = vocab.join(forms, how="cross").sort("rank", "form")
+    blocks, have = [first], singles
+    for w2 in words:  # one block per second word, most frequent first, until n items
+        block = grid.filter(pl.col("w1") != w2).select(
+            item_id=pl.concat_str("key", pl.lit(":"), "w1", pl.lit(f"+{w2}")),
+            text=pl.concat_str("prefix", "w1", pl.lit(f"{PAIR_JOIN}{w2}"), "suffix"),
+            kind=pl.lit("sentence"), lang=pl.lit("en"), source=pl.lit(source), zipf="zipf",
+        ).head(n - have)
+        blocks.append(block)
+        have += block.height
+        if have >= n:
+            break
+    return pl.concat(blocks, how="vertical_relaxed")
+
+
+_EMBEDDER = None  # in each plain-encode process: the tiny model, loaded once
+
+
+def _plain_init(code: str, model: str, threads: int) -> None:
+    global _EMBEDDER
+    use_code(Path(code))
+    from pipeline.audit.steps import resolve
+    from pipeline.embedding.embed import Embedder
+
+    _EMBEDDER = Embedder(resolve(model), device="cpu", threads=threads)
+    _EMBEDDER.embed(["warm up the model", "and its tokenizer"] * 128)
+
+
+def _plain_slice(probes: str, lo: int, hi: int) -> int:
+    import polars as pl
+
+    texts = pl.scan_parquet(probes).select("text").slice(lo, hi - lo).collect()["text"].to_list()
+    _EMBEDDER.embed(texts)
+    return len(texts)
+
+
+class PlainEncode:
+    """Plain ``Embedder.embed`` of the probe file's texts as the audit's workers run it: W processes of T torch
+    threads each (T = cores // W, the audit's default), each given slices of the file in turn, timed as a whole.
+
+    One process of W x T threads would be a different baseline, and a fragile one: on a shared, busy machine
+    its threads wait on each other (measured here with the tiny model: 2 threads 13 x slower than 1).
+    """
+
+    def __init__(self, code: Path, model: str, workers: int, threads: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_plain_init, initargs=(str(code), model, threads))
+        list(self.pool.map(time.sleep, [0.0] * workers))  # every process up and warm before the first timing
+
+    def seconds(self, probes: str, lo: int, hi: int) -> float:
+        t = time.perf_counter()
+        bounds = [(a, min(a + PLAIN_SLICE, hi)) for a in range(lo, hi, PLAIN_SLICE)]
+        done = sum(self.pool.map(_plain_slice, [probes] * len(bounds), *zip(*bounds, strict=True)))
+        assert done == hi - lo, f"plain encode embedded {done} texts of {hi - lo}"
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+class Watch:
+    """The audit subprocess, watched from this thread: rows committed, the CLI's CPU and RSS, free memory."""
+
+    def __init__(self, proc: subprocess.Popen, root: str, n: int, min_available: int, poll_s: float):
+        self.proc, self.root, self.n, self.min_available, self.poll_s = proc, root, n, min_available, poll_s
+        self.cli = psutil.Process(proc.pid)
+        self.t0 = time.monotonic()
+        self.started: dict[int, psutil.Process] = {}  # every process seen under the CLI, to end if stopped
+        self.marks: list[tuple[int, float, float, float]] = []  # (rows, s, CLI CPU s, CLI RSS) per tenth
+        self.embed_end: tuple[float, float, float] | None = None  # (s, CLI CPU s, CLI RSS) when rows reach n
+        self.stopped: str | None = None
+        self.rows = self.parts = 0
+        self.min_seen = psutil.virtual_memory().available
+
+    def run(self) -> int:
+        from million_audit import manifest_rows
+
+        step = max(1, self.n // 10)
+        next_mark = step
+        while self.proc.poll() is None:
+            try:
+                for p in self.cli.children(recursive=True):
+                    self.started.setdefault(p.pid, p)
+                cpu = sum(self.cli.cpu_times()[:2])
+                rss = self.cli.memory_info().rss
+            except psutil.Error:
+                time.sleep(self.poll_s)
+                continue
+            now = time.monotonic() - self.t0
+            parts, rows = manifest_rows(self.root)
+            if rows > self.rows:  # a manifest caught mid-rewrite reads as (0, 0): keep the last good count
+                self.parts, self.rows = parts, rows
+            if self.rows >= next_mark:  # one line per tenth of the rows (a part may cross several)
+                self.marks.append((self.rows, now, cpu, rss))
+                next_mark = (self.rows // step + 1) * step
+            if self.embed_end is None and self.rows >= self.n:
+                self.embed_end = (now, cpu, rss)
+            available = psutil.virtual_memory().available
+            self.min_seen = min(self.min_seen, available)
+            if available < self.min_available:
+                self.stop(now, rss, available)
+                break
+            time.sleep(self.poll_s)
+        return self.proc.wait()
+
+    def stop(self, now: float, rss: int, available: int) -> None:
+        self.stopped = (f"stopped at {self.rows:,} rows committed ({self.parts} parts), CLI RSS {rss / GIB:.2f} GiB "
+                        f"at {now:.0f} s (available memory {available / GIB:.2f} GiB)")
+        print(f"  memory guard: {self.stopped}; ending the audit", flush=True)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for p in self.started.values():  # psutil refuses a pid that was reused by another process
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def audit(args, env: dict, tiny: str, probes: str, root: str, log: Path, n: int):
+    """Run the audit subprocess; returns (wall s, exit status, output, TreeSampler, Watch)."""
+    from million_audit import CLI, TreeSampler
+
+    cmd = [CLI, "audit", "--model", tiny, "--probes", probes, "--root", root, "--timings",
+           "--workers", str(args.workers)]
+    t = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=Path(root).parent)
+        sampler = TreeSampler(proc.pid, every_s=args.poll)
+        watch = Watch(proc, root, n, int(args.min_available_gib * GIB), args.poll)
+        rc = watch.run()
+    wall = time.perf_counter() - t
+    sampler.stop()
+    return wall, rc, log.read_text(), sampler, watch
+
+
+def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int) -> dict:
+    from million_audit import parse_timings
+
+    from pipeline.storage.shards import default_shard_size
+
+    print(f"\n== {n:,} items ==", flush=True)
+    folder = work / f"n{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    probes = str(folder / f"{SET}.parquet")
+    t = time.perf_counter()
+    frame = ceiling_sentences(n)
+    frame.write_parquet(probes)
+    assert frame.height == n and frame["item_id"].n_unique() == n, "the benchmark's set has duplicate ids"
+    del frame
+    size = default_shard_size(n)
+    print(f"probe file: {n:,} rows, {os.path.getsize(probes) / 2**20:.0f} MiB, built in "
+          f"{time.perf_counter() - t:.0f} s; {-(-n // size)} shards of {size:,}", flush=True)
+
+    half = n // 2
+    first = plain.seconds(probes, 0, half)
+    print(f"plain encode, first half: {half / first:,.0f} items/s", flush=True)
+    root = str(folder / "root")
+    vm = psutil.virtual_memory()
+    print(f"before the audit: load average {os.getloadavg()[0]:.2f}, available memory {vm.available / GIB:.1f} GiB",
+          flush=True)
+    wall, rc, out, sampler, watch = audit(args, env, tiny, probes, root, folder / "audit.log", n)
+    second = plain.seconds(probes, half, n)
+    rate = n / (first + second)
+    print(f"plain encode, second half: {(n - half) / second:,.0f} items/s; both: {rate:,.0f} items/s", flush=True)
+    res = {"n": n, "wall": wall, "rc": rc, "plain": rate, "stopped": watch.stopped, "embed_end": watch.embed_end,
+           "cli_peak": sampler.cli_peak(), "cli_cpu": max(sampler.cpu.get(sampler.root.pid, 0.0),
+                                                           watch.embed_end[1] if watch.embed_end else 0.0)}
+    if watch.stopped or rc != 0:
+        if not watch.stopped:
+            print(out[-4000:])
+        print(f"AUDIT {'STOPPED' if watch.stopped else f'FAILED (exit {rc})'}: "
+              f"{watch.stopped or 'see ' + str(folder / 'audit.log')}")
+    timings = parse_timings(out)
+    embed_s = timings.get("embed_probes", (0, float("nan")))[1]
+    res.update(parts=watch.parts, embed_s=embed_s, analyses=timings.get("run_analyses", (0, float("nan")))[1])
+    if not watch.stopped:
+        print(f"audit: exit {rc}, {wall:.1f} s = {n / wall:,.0f} items/s -> whole audit / plain encode = "
+              f"{n / wall / rate:.3f}")
+    print(f"embedding phase (embed_probes): {embed_s:.1f} s; {watch.parts} parts in the manifest "
+          f"({watch.rows:,} rows) -> {watch.parts / embed_s:.2f} parts committed/s")
+    for step, (runs, secs) in timings.items():
+        print(f"  {step:24s} {runs:5d} runs {secs:9.1f} s")
+    print(f"analyses (run_analyses): {res['analyses']:.1f} s")
+    print("CLI (flow + Dask scheduler) as the rows were committed (polled from the manifest):")
+    for rows, s, cpu, rss in watch.marks:
+        print(f"  {rows:>10,} rows at {s:7.1f} s: CPU {cpu:7.1f} s, RSS {rss / GIB:5.2f} GiB")
+    if watch.embed_end:
+        s, cpu, rss = watch.embed_end
+        print(f"  embedding phase ended (all {n:,} rows committed) at {s:.1f} s: CLI CPU {cpu:.1f} s, "
+              f"RSS {rss / GIB:.2f} GiB; after it (analyses, report, shutdown): CLI CPU "
+              f"{res['cli_cpu'] - cpu:.1f} s")
+    print("processes (peak RSS, CPU-seconds):")
+    for line in sampler.report(min_bytes=0):
+        print("  " + line)
+    print(f"lowest available memory during the audit: {watch.min_seen / GIB:.1f} GiB")
+    res["procs"] = {}  # label -> CPU-seconds of each process with that label
+    for pid, (label, _) in sorted(sampler.peak.items()):
+        res["procs"].setdefault(label, []).append(sampler.cpu.get(pid, 0.0))
+    return res
+
+
+def summary(results: list[dict]) -> None:
+    print("\n== summary ==")
+    print("| items | whole audit | items/s | plain encode items/s | audit / plain | parts/s (embed phase) | "
+          "CLI peak RSS | CPU s: CLI / workers / Prefect API | CLI CPU at embed end | analyses s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        procs = r["procs"]
+        workers = " + ".join(f"{v:.1f}" for v in procs.get("Dask worker", [])) or "—"
+        api = " + ".join(f"{v:.1f}" for v in procs.get("Prefect API", [])) or "—"
+        rate = "—" if r["stopped"] else f"{r['n'] / r['wall']:,.0f}"
+        ratio = "—" if r["stopped"] else f"{r['n'] / r['wall'] / r['plain']:.3f}"
+        end = f"{r['embed_end'][1]:.1f} s at {r['embed_end'][0]:.0f} s" if r["embed_end"] else "—"
+        wall = r["stopped"] or (f"{r['wall']:.1f} s" + ("" if r["rc"] == 0 else f" (FAILED, exit {r['rc']})"))
+        print(f"| {r['n']:,} | {wall} | {rate} | {r['plain']:,.0f} | {ratio} | {r['parts'] / r['embed_s']:.2f} | "
+              f"{r['cli_peak'] / GIB:.2f} GiB | {r['cli_cpu']:.1f} / {workers} / {api} | {end} | "
+              f"{r['analyses']:.1f} |")
+    done = [r for r in results if r["rc"] == 0 and not r["stopped"]]
+    if len(done) >= 2:
+        small, big = done[0], done[-1]
+        millions = (big["n"] - small["n"]) / 1e6
+        print(f"flow (CLI) marginal CPU per million items, {small['n']:,} -> {big['n']:,}: whole audit "
+              f"{(big['cli_cpu'] - small['cli_cpu']) / millions:.1f} s", end="")
+        if small["embed_end"] and big["embed_end"]:
+            embed_cpu = (big["embed_end"][1] - small["embed_end"][1]) / millions
+            print(f"; up to the end of the embedding phase {embed_cpu:.1f} s", end="")
+        print(f"\nflow (CLI) peak RSS {big['n']:,} / {small['n']:,}: {big['cli_peak'] / small['cli_peak']:.2f}")
+    else:
+        print("marginal CPU and RSS ratio: not computed (fewer than two sizes completed)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 5_000_000], help="items per audit")
+    ap.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default 2)")
+    ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
+    ap.add_argument("--code", help="a checkout of normaudit to audit with (default: this repository)")
+    ap.add_argument("--poll", type=float, default=0.25, help="seconds between samples (default 0.25)")
+    ap.add_argument("--min-available-gib", type=float, default=2.0,
+                    help="stop an audit when the machine's available memory drops below this (default 2)")
+    args = ap.parse_args()
+
+    code = Path(args.code).resolve() if args.code else None
+    base = use_code(code)
+    from tests.builders import build_tiny_model  # from --code: the same tiny model the tests of that code use
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="normaudit-ceiling-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    env = subprocess_env(base, code)
+    tiny = str(build_tiny_model(work / "tiny-model"))
+    threads = max(1, (os.cpu_count() or 1) // args.workers)  # per worker: the audit's default (Settings)
+    model_name = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model_name = next((line.split(":", 1)[1].strip() for line in model_name.splitlines()
+                       if line.startswith("Model name")), "?")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {os.cpu_count()} cores ({model_name}), "
+          f"{psutil.virtual_memory().total / GIB:.0f} GiB")
+    print(f"code: {base} at commit {commit_of(base)}")
+    print(f"the audit's subprocess imports pipeline, flows and reads the SQL files from: "
+          f"{where_subprocess_imports(env, work)}")
+    print(f"sizes {', '.join(f'{n:,}' for n in args.sizes)}; model: the tests' tiny BERT ({tiny}); "
+          f"{args.workers} local workers of {threads} torch thread(s); plain encode in {args.workers} processes of "
+          f"{threads} thread(s)")
+    plain = PlainEncode(base, tiny, args.workers, threads)
+    try:
+        results = [one_size(args, env, tiny, plain, work, n) for n in args.sizes]
+    finally:
+        plain.close()
+    summary(results)
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if all(r["rc"] == 0 and not r["stopped"] for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()
