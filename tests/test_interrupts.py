@@ -170,15 +170,17 @@ def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_r
 
     run_id, status, _ = the_run(store)
     assert status == "running"  # nothing could record its end
-    assert store.glob(f"staging/{run_id}/**/*.parquet")  # a shard staged but not committed when it died
+    orphans = verify_root(store, "size").orphans  # parts written but not yet committed when it died (if any)
     out = subprocess.run([str(BIN / "normaudit"), "verify", "--root", root], env=user_env(tmp_path),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and f"abandoned: run {run_id} (tiny @ r)" in out.stderr, out.stderr
-    assert "is gone" in out.stderr and store.exists(f"staging/{run_id}")  # verify alone changes nothing
+    assert all(f"orphan: {store.url(o)}" in out.stderr for o in orphans), out.stderr
+    assert "is gone" in out.stderr and verify_root(store, "size").orphans == orphans  # verify alone changes nothing
     out = subprocess.run([str(BIN / "normaudit"), "verify", "--root", root, "--repair"], env=user_env(tmp_path),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "1 abandoned run(s) recorded as abandoned" in out.stdout, out.stdout
     assert the_run(store)[1] == "abandoned" and not store.exists(f"staging/{run_id}")
+    assert verify_root(store, "size").orphans == []  # its release's lease was free: --repair removed them
     assert lease.acquire(store, "tiny", "r", "next-run").gen == 2  # its lease was free: its holder is gone
     assert_committed_parts_intact(store)
 
