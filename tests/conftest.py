@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from pathlib import Path
 
 import pytest
+
+from tests.requirements import need
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -20,10 +21,7 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 def shared_data(name: str) -> Path:
     """A folder of ../shared/data; skip where absent, but fail on CI where it must be present."""
     path = SHARED_DATA / name
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing on CI: the repository must be cloned beside ../shared")
-        pytest.skip(f"{path} not present (clone beside ../shared to run this test)")
+    need(str(path), path.exists(), "not present (clone the repository beside ../shared to run this test)")
     return path
 
 

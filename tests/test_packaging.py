@@ -1,4 +1,5 @@
-"""The extras normaudit publishes install only what they are for (issue 27).
+"""What installs what: the extras normaudit publishes install only what they are for, and CI installs what the
+tests need (issue 27).
 
 Reads pyproject.toml; no network, no pip. An extra is allowed only when it is listed here with the
 packages it may name, each checked once with ``pip install --dry-run`` (the counts are in the comment on
@@ -68,3 +69,18 @@ def test_the_documented_mpnet_route_is_the_no_deps_line():
     readme = (REPO / "README.md").read_text()
     assert line in readme
     assert "normaudit[mpnet]" not in readme
+
+
+def test_ci_installs_the_tests_system_packages_then_runs_the_readmes_test_command():
+    """``.ci/run`` installs Debian's chromium and wordnet-base with apt first, then runs the README's test
+    command unchanged, under ``CI=true`` (where tests/requirements.py turns their skips into failures)."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    test_command = readme[readme.index("```bash") + 2]
+    assert "pytest" in test_command
+    ci = [line.strip() for line in (REPO / ".ci/run").read_text().splitlines()]
+    assert ci[-1] == test_command
+    install = next(i for i, line in enumerate(ci) if "apt-get install" in line)
+    assert "DEBIAN_FRONTEND=noninteractive" in ci[install] and "-y" in ci[install].split()
+    packages = next(line for line in ci if line.startswith("apt_packages="))
+    assert set(packages.partition("=")[2].strip("()").split()) == {"chromium", "wordnet-base"}
+    assert 'export CI="${CI:-true}"' in ci[: install]

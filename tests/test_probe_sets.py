@@ -24,6 +24,7 @@ from pipeline.probes.stored import add_probe_set, list_probe_sets, read_stored
 from pipeline.settings import load_settings
 from pipeline.storage.store import Store, open_store
 from tests.conftest import shared_data
+from tests.requirements import need_wordnet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,12 +112,11 @@ def test_wordnet_pairs_are_first_sense_direct_hypernyms():
     assert ps.head(10).relations.height >= 4
 
 
-@pytest.mark.skipif(not Path("/usr/share/wordnet/data.noun").exists(), reason="WordNet not installed")
 def test_shipped_wordnet_pairs_rebuild_identically(tmp_path):
     from pipeline.probes.wordnet_pairs import build_wordnet_pairs
 
     nouns = REPO / "pipeline/data/wordnet_nouns.parquet"
-    out = build_wordnet_pairs("/usr/share/wordnet", nouns, tmp_path / "p.parquet")
+    out = build_wordnet_pairs(need_wordnet(), nouns, tmp_path / "p.parquet")
     assert pl.read_parquet(out).equals(pl.read_parquet(REPO / "pipeline/data/wordnet_pairs.parquet"))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -24,6 +23,7 @@ from pipeline.storage.catalog import open_catalog
 from pipeline.storage.runs import RunRecord, write_results, write_run
 from pipeline.storage.store import Store, open_store
 from tests.helpers import store_synthetic, word_probe_set
+from tests.requirements import need_chromium
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -298,16 +298,14 @@ def test_report_on_an_s3_root(s3_env):
     assert store.exists("reports/m/index.html")
 
 
-@pytest.mark.skipif(
-    shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)"
-)
 def test_report_renders_in_headless_chromium(two_releases, tmp_path):
+    browser = need_chromium()
     render_report(two_releases, "m", "v2")
     shot = tmp_path / "shot.png"
     page = f"file://{two_releases.path('reports/m/v2/index.html')}"
     subprocess.run(
         [
-            "chromium",
+            browser,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

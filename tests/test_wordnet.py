@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -17,11 +19,12 @@ from pipeline.probes.wordnet import (
     load_wordnet_nouns,
     read_wordnet_nouns,
 )
+from tests.requirements import need, need_wordnet
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "pipeline" / "data" / "wordnet_nouns.parquet"
+SHIPPED_PAIRS = REPO / "pipeline" / "data" / "wordnet_pairs.parquet"
 SHARED_WORDNET = REPO.parent / "shared" / "data" / "wordnet"
-SYSTEM_WORDNET = Path("/usr/share/wordnet")
 
 # ---------------------------------------------------------------- tiny synthetic database
 #
@@ -237,12 +240,9 @@ def test_malformed_cntlist_is_reported(tmp_path):
 
 
 def _shared_or_skip() -> Path:
-    if (SHARED_WORDNET / "wordnet30_noun_lemmas.csv.gz").is_file():
-        return SHARED_WORDNET
-    reason = f"NLTK reference tables not found in {SHARED_WORDNET} (the shared data folder next to the repo)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason + "; CI must provide them.")
-    pytest.skip(reason)
+    need("NLTK's WordNet reference tables", (SHARED_WORDNET / "wordnet30_noun_lemmas.csv.gz").is_file(),
+         f"not found in {SHARED_WORDNET} (clone the repository beside ../shared)")
+    return SHARED_WORDNET
 
 
 def test_shipped_matches_nltk_tables():
@@ -300,10 +300,19 @@ def test_shipped_has_no_function_words():
     assert not shipped["text"].str.contains(" ").any()
 
 
-@pytest.mark.skipif(not (SYSTEM_WORDNET / "data.noun").is_file(), reason="Debian wordnet-base not installed")
 def test_rebuild_from_system_wordnet_matches_shipped(tmp_path):
-    rebuilt = pl.read_parquet(build_wordnet_nouns(SYSTEM_WORDNET, tmp_path / "nouns.parquet"))
-    assert_frame_equal(rebuilt, pl.read_parquet(SHIPPED))
+    """The README's ``probes build-wordnet`` with the installed CLI on Debian's wordnet-base: both shipped tables."""
+    wordnet = need_wordnet()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # no harness settings
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "normaudit"), "probes", "build-wordnet", "--wordnet-dir", str(wordnet),
+         "--output", "nouns.parquet", "--pairs-output", "pairs.parquet"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote nouns.parquet and pairs.parquet" in done.stdout
+    assert_frame_equal(pl.read_parquet(tmp_path / "nouns.parquet"), pl.read_parquet(SHIPPED))
+    assert_frame_equal(pl.read_parquet(tmp_path / "pairs.parquet"), pl.read_parquet(SHIPPED_PAIRS))
 
 
 # ---------------------------------------------------------------- loader
