@@ -1,16 +1,15 @@
 """The models page, ``<root>/reports/index.html``: every audited model and release side by side.
 
-Rows are (model, release) pairs, columns the main statistics with their 95% intervals (one table per
-probe set), and one forest plot per probe property: each model@release's Spearman ρ of the norm with the
-property beside its partial ρ given word frequency. Links go to each release's own report and to every
-stored pairwise comparison (view ``comparisons``). Everything is written through the store, so an
-``s3://`` root works like a local one. Importing this module loads matplotlib (seconds): callers import it
-inside the function that renders.
+Rows are (model, release) pairs, columns the main statistics with their 95% intervals (per probe set,
+one table per three properties, so the page fits the window at any number of them), and one forest plot per
+probe property: each model@release's Spearman ρ of the norm with the property beside its partial ρ given
+word frequency. Links go to each release's own report and to every stored pairwise comparison (view
+``comparisons``). Everything is written through the store, so an ``s3://`` root works like a local one.
+Importing this module loads matplotlib (seconds): callers import it inside the function that renders.
 """
 
 from __future__ import annotations
 
-import io
 import re
 
 import duckdb
@@ -20,6 +19,7 @@ from markupsafe import escape
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pipeline.analysis import plots
 from pipeline.analysis.comparison_page import COMPARE_DIR, comparison_file
 from pipeline.analysis.report_html import Html, fmt, render, table
 from pipeline.analysis.sql import run_query
@@ -37,6 +37,9 @@ LABELS = {
     ("token_norm_vs_frequency", "spearman"): "token norm ρ with zipf",
 }
 RAW, PARTIAL = "#1f77b4", "#d62728"
+# Per table: the ρ and ρ | zipf of three properties. Six interval columns beside the row labels fit the
+# page's 1,100-pixel column; further properties go to further tables instead of past the window's edge.
+MAX_STAT_COLUMNS = 6
 
 
 def _column(analysis: str, prop: str | None, statistic: str) -> str:
@@ -67,8 +70,9 @@ def _comparisons(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 def forest_plot(labels: list[str], raw: np.ndarray, partial: np.ndarray, title: str) -> bytes:
     """Each row's ρ (blue) and partial ρ given zipf (red) with their 95% intervals; ``raw`` and ``partial``
-    are ``(n, 3)`` arrays of value, low, high (NaN where absent). Returns PNG bytes."""
-    fig = Figure(figsize=(7.5, 1.4 + 0.42 * len(labels)), layout="constrained")
+    are ``(n, 3)`` arrays of value, low, high (NaN where absent). Returns PNG bytes; the figure grows by a
+    fixed height per row, so the row labels never crowd however many releases are shown."""
+    fig = Figure(figsize=(7.5, 1.6 + 0.42 * len(labels)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     y = np.arange(len(labels))[::-1].astype(float)
@@ -84,13 +88,14 @@ def forest_plot(labels: list[str], raw: np.ndarray, partial: np.ndarray, title: 
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_ylim(-0.7, len(labels) - 0.3)
-    ax.set_xlabel("Spearman ρ of the raw norm with the property (−1 to 1); bars: 95% bootstrap intervals")
+    # two lines: in one, the label is wider than the axes and its ends were cut off
+    ax.set_xlabel("Spearman ρ of the raw norm with the property (−1 to 1)\nbars: 95% bootstrap intervals",
+                  fontsize=9)
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(loc="best", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # beside the axes, where it covers no interval
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
+    return plots.to_png(fig)
 
 
 def _forest_plots(store: Store, results: pl.DataFrame, order: list[str]) -> list[dict]:
@@ -119,25 +124,63 @@ def _forest_plots(store: Store, results: pl.DataFrame, order: list[str]) -> list
     return out
 
 
+def _column_groups(part: pl.DataFrame) -> list[tuple[bool, str, list[tuple[tuple, str]]]]:
+    """A probe set's statistics as ``(is norm_vs_property, group name, [(key, column title)])``: one group per
+    norm_vs_property property (its ρ, then ρ given zipf), then one per other analysis."""
+    rank = list(LABELS)  # within a group: ρ, then ρ given zipf
+    keys = part.select("analysis", "property", "statistic").unique(maintain_order=True).iter_rows()
+    groups: dict[tuple[bool, str], list[tuple[tuple, str]]] = {}
+    for key in sorted(keys, key=lambda k: (
+            k[0] != "norm_vs_property", k[0], k[1] or "",
+            rank.index((k[0], k[2])) if (k[0], k[2]) in rank else len(rank))):
+        norm = key[0] == "norm_vs_property"
+        groups.setdefault((norm, key[1] if norm else key[0]), []).append((key, _column(*key)))
+    return [(norm, name, columns) for (norm, name), columns in groups.items()]
+
+
+def _packed(groups: list[tuple[bool, str, list]]) -> list[list[tuple[bool, str, list]]]:
+    """Consecutive groups of one kind, packed into tables of at most MAX_STAT_COLUMNS statistics (a larger
+    group gets a table of its own)."""
+    tables: list[list] = []
+    width = 0
+    for group in groups:
+        if not tables or tables[-1][-1][0] != group[0] or width + len(group[2]) > MAX_STAT_COLUMNS:
+            tables.append([])
+            width = 0
+        tables[-1].append(group)
+        width += len(group[2])
+    return tables
+
+
 def _tables(results: pl.DataFrame, order: list[str]) -> list[dict]:
-    """Per probe set, a table: model@release rows, its main statistics with intervals as columns."""
+    """Per probe set and group of properties, a table: model@release rows, the group's main statistics with
+    intervals as columns. Grouping keeps every table within the page's width at any number of properties."""
     out = []
     for (probe_set,), part in results.group_by(["probe_set"], maintain_order=True):
-        rank = list(LABELS)  # per property: ρ, then ρ given zipf
-        keys = part.select("analysis", "property", "statistic").unique(maintain_order=True).iter_rows()
-        columns = [(k, _column(*k)) for k in sorted(keys, key=lambda k: (
-            k[0], k[1] or "", rank.index((k[0], k[2])) if (k[0], k[2]) in rank else len(rank)))]
-        rows = []
-        for label in order:
-            mine = part.filter(pl.col("label") == label)
-            if mine.height == 0:
-                continue
-            cells = {(r["analysis"], r["property"], r["statistic"]): fmt(r["value"], r["ci_low"], r["ci_high"])
-                     for r in mine.iter_rows(named=True)}
-            rows.append({"model @ release": label, "n (most)": int(mine["n"].max() or 0),
-                         **{title: cells.get(key, "—") for key, title in columns}})
-        out.append({"probe_set": probe_set,
-                    "table": table(rows, ["model @ release", "n (most)", *(t for _, t in columns)])})
+        cells = {(r["label"], r["analysis"], r["property"], r["statistic"]): r for r in part.iter_rows(named=True)}
+        groups = _column_groups(part)
+        n_properties = sum(norm for norm, _, _ in groups)
+        done = 0
+        for packed in _packed(groups):
+            columns = [column for _, _, cols in packed for column in cols]
+            names = ", ".join(name for _, name, _ in packed)
+            if packed[0][0]:
+                caption = f"norm vs {names}" + (
+                    f" (properties {done + 1}–{done + len(packed)} of {n_properties})"
+                    if len(packed) < n_properties else "")
+                done += len(packed)
+            else:
+                caption = names.replace("_", " ")
+            rows = []
+            for label in order:
+                mine = {key: cells[(label, *key)] for key, _ in columns if (label, *key) in cells}
+                if not mine:  # nothing of this group measured for the release
+                    continue
+                rows.append({"model @ release": label, "n (most)": max(r["n"] or 0 for r in mine.values()),
+                             **{title: fmt(mine[key]["value"], mine[key]["ci_low"], mine[key]["ci_high"])
+                                if key in mine else "—" for key, title in columns}})
+            out.append({"probe_set": probe_set, "caption": caption,
+                        "table": table(rows, ["model @ release", "n (most)", *(t for _, t in columns)])})
     return out
 
 

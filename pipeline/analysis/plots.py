@@ -60,9 +60,11 @@ def _figure(width: float = 7.5, height: float = 4.6) -> tuple[Figure, object]:
     return fig, fig.add_subplot()
 
 
-def _png(fig: Figure) -> bytes:
+def to_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes, cropped to what is drawn plus a margin: a label longer than the layout
+    planned for (a long probe set or property name) widens the image instead of being cut at its edge."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", pad_inches=0.12)
     return buf.getvalue()
 
 
@@ -92,7 +94,7 @@ def hexbin(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(NORM_LABEL)
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return to_png(fig)
 
 
 def boxes(groups: list[tuple[float, np.ndarray]], xlabel: str, title: str) -> bytes:
@@ -106,7 +108,7 @@ def boxes(groups: list[tuple[float, np.ndarray]], xlabel: str, title: str) -> by
     ax.set_ylabel(NORM_LABEL)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return to_png(fig)
 
 
 def selective_accuracy(curves: dict[str, tuple[np.ndarray, np.ndarray]], full: float, title: str) -> bytes:
@@ -129,7 +131,7 @@ def selective_accuracy(curves: dict[str, tuple[np.ndarray, np.ndarray]], full: f
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return to_png(fig)
 
 
 def alpha_curve(
@@ -145,7 +147,7 @@ def alpha_curve(
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return to_png(fig)
 
 
 def trend(
@@ -175,4 +177,4 @@ def trend(
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=7)
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return to_png(fig)
