@@ -2,8 +2,9 @@
 
 A local run skips a test whose browser, system database or shared data is missing, saying how to get it.
 Under ``CI=true`` the same test fails instead: ``.ci/run`` installs Debian's ``chromium`` and ``wordnet-base``
-and CI clones the repository beside ``../shared``, so a CI run never passes by skipping. Only the GPU tests
-(``tests/test_gpu.py``) skip on CI. Call these inside a test (or a fixture), not in a ``skipif``::
+and CI clones the repository beside ``../shared``, so a CI run never passes by skipping. On CI only hardware
+and deliberate downloads skip: the GPU tests (``tests/test_gpu.py``), the bfloat16 ones on a CPU without it,
+and the real mpnet-base check (its 400 MB pieces). Call these inside a test (or a fixture), not in a ``skipif``::
 
     from tests.requirements import need, need_chromium
 
