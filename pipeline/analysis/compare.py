@@ -143,7 +143,7 @@ def compare_runs(
     )
     alerts = alerts.with_columns(
         pl.Series("message", [_message(r) for r in alerts.iter_rows(named=True)], dtype=pl.String),
-        # the alerts table's interval is the change's (DESIGN.md), not the release's own
+        # the alerts table's interval is the change's (docs/design.md), not the release's own
         pl.col("change_ci_low").alias("ci_low"), pl.col("change_ci_high").alias("ci_high"),
     ).select(list(ALERT_COLUMNS)).cast(ALERT_COLUMNS)
     return comparison, alerts

@@ -70,7 +70,7 @@ def _print(summary: dict) -> None:
 
     console = Console()
     errors = ", ".join(f"wd={k}: {v:.1e}" for k, v in summary["identity_max_rel_error"].items())
-    console.print(f"[bold]step identity[/] (THEORY.md §2), max relative error per step: {errors}")
+    console.print(f"[bold]step identity[/] (docs/theory.md §2), max relative error per step: {errors}")
     table = Table(title="predicted vs observed norm (out of sample; medians over the sweep)")
     cols = ["r2", "spearman", "seed_r2", "seed_spearman", "persistence_spearman", "const_heat_spearman",
             "missing_over_heat"]

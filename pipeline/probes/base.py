@@ -1,6 +1,6 @@
 """Probe sets as validated frames, and the checks every probe source goes through.
 
-A probe set is three long-format tables (DESIGN.md): ``items`` (item_id, text,
+A probe set is three long-format tables (docs/design.md): ``items`` (item_id, text,
 kind, lang, source), ``properties`` (item_id, property, value) and ``relations``
 (left_id, right_id, relation, value). The ``probe_set`` column is added when the
 tables are written, so builders never repeat the name.

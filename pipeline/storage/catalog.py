@@ -183,7 +183,7 @@ def sandbox_directories(store: Store) -> list[str]:
 
 def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
                  verify: str | None = "size") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection (:func:`connect`) with one view per table of DESIGN.md's data model.
+    """An in-memory DuckDB connection (:func:`connect`) with one view per table of docs/design.md.
 
     ``verify`` checks committed parts against their manifests first and raises
     :class:`~pipeline.storage.store.CorruptPartError` naming the file: ``"size"`` (default; one listing),

@@ -1,4 +1,4 @@
-"""Object storage: fsspec paths, atomic Parquet/JSON writes, manifests (DESIGN.md "Storage protocol").
+"""Object storage: fsspec paths, atomic Parquet/JSON writes, manifests (docs/design.md "Storage protocol").
 
 Every path is relative to one root URL (a local folder or ``s3://bucket/prefix``).
 A part becomes visible only when a manifest written after it lists it; a manifest

@@ -1,1 +1,1 @@
-"""The theory lab: train small contrastive models and test the norm-dynamics formula of THEORY.md."""
+"""The theory lab: train small contrastive models and test the norm-dynamics formula of docs/theory.md."""

@@ -35,7 +35,7 @@ class SweepConfig(BaseModel):
     batch_sizes: tuple[int, ...] = (16, 64)
     weight_decays: tuple[float, ...] = (0.002, 0.004)
     kinds: tuple[Literal["table", "encoder"], ...] = ("table", "encoder")
-    # Two seeds, so each one's estimates can predict the other's norms (THEORY.md section 6).
+    # Two seeds, so each one's estimates can predict the other's norms (docs/theory.md section 6).
     seeds: tuple[int, int] = (0, 1)
 
     @field_validator("lrs", "batch_sizes", "weight_decays", "kinds")

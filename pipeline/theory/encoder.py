@@ -1,9 +1,9 @@
 """The lab's two models (a free lookup table and a table + MLP encoder) and their InfoNCE training.
 
 Training is plain ``torch.optim.SGD`` with L2 weight decay, in float64, on a symmetric InfoNCE loss over
-cosine similarities: the loss sees each embedding only through its direction (THEORY.md section 1), so
+cosine similarities: the loss sees each embedding only through its direction (docs/theory.md section 1), so
 everything that moves a norm is the finite step, the decay, or parameters shared with other items.
-During the last ``window`` share of the steps every item is measured at every step (THEORY.md section 6:
+During the last ``window`` share of the steps every item is measured at every step (docs/theory.md section 6:
 subsampling destroys the estimate) and handed to a :class:`~pipeline.theory.estimators.NormTracker`.
 """
 

@@ -1,4 +1,4 @@
-"""Per-item estimates of radial drift d_i and heat h_i (THEORY.md sections 4 and 6), and the
+"""Per-item estimates of radial drift d_i and heat h_i (docs/theory.md sections 4 and 6), and the
 equilibrium norm they predict, scored against norms they were *not* estimated from.
 
 Per step, for every item (measured at every step of the window, never subsampled):
@@ -148,7 +148,7 @@ class NormTracker:
 
 
 def equilibrium_norm(d: np.ndarray, h: np.ndarray, lr: float, weight_decay: float) -> np.ndarray:
-    """sqrt of r^2 = (D + sqrt(D^2 + 2 V^2)) / 2, D = d / lambda, V^2 = eta h / lambda (THEORY.md section 4).
+    """sqrt of r^2 = (D + sqrt(D^2 + 2 V^2)) / 2, D = d / lambda, V^2 = eta h / lambda (docs/theory.md section 4).
 
     Without weight decay there is no equilibrium (the norm only grows): the result is NaN.
     """

@@ -8,7 +8,7 @@ sentence-transformers layout, so the folder is a ``checkpoints:`` source of ``au
 fixed probe sample (:mod:`pipeline.theory.trace`), writing the ``training_trace`` rows gated by their GX
 suite at each checkpoint.
 
-The learning rate is constant (no warm-up, no decay): the equilibrium of THEORY.md section 4 is stated for
+The learning rate is constant (no warm-up, no decay): the equilibrium of docs/theory.md section 4 is stated for
 a fixed step size. ``sgd`` is plain SGD (no momentum) with weight decay, as the formula assumes; ``adamw``
 is the decoupled weight decay practitioners use. Both use the trainer's parameter groups, which exempt
 biases and LayerNorm weights from decay (docs/theory.md, "A real encoder", says what that does).
@@ -61,7 +61,7 @@ class FinetuneConfig(BaseModel):
     optimizer: Literal["adamw", "sgd"] = "adamw"
     weight_decay: float = Field(0.01, ge=0)
     checkpoint_every: int = Field(30, ge=1)
-    trace_every: int = Field(1, ge=1, description="trace every s steps (1: THEORY.md section 6)")
+    trace_every: int = Field(1, ge=1, description="trace every s steps (1: docs/theory.md section 6)")
     trace_nouns: int = Field(300, ge=1)
     trace_definitions: int = Field(150, ge=1)
     max_seq_length: int = Field(64, ge=8, description="tokens per text while training (definitions are short)")

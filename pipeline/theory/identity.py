@@ -1,4 +1,4 @@
-"""The free-embedding step identity of THEORY.md section 2, checked on every row at every step.
+"""The free-embedding step identity of docs/theory.md section 2, checked on every row at every step.
 
 One plain SGD step with learning rate eta and L2 decay lambda on a lookup-table row z gives
 

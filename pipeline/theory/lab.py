@@ -110,7 +110,7 @@ def torch_threads(n: int):
 
 
 def identity_table(world: World, config: LabConfig) -> pl.DataFrame:
-    """THEORY.md section 2 on a float64 table, once per configured weight decay."""
+    """docs/theory.md section 2 on a float64 table, once per configured weight decay."""
     with torch_threads(config.threads):
         results = [check_identity(world, config.identity, wd) for wd in config.identity.weight_decays]
     return pl.DataFrame([r.__dict__ for r in results])
@@ -179,7 +179,7 @@ def checkpoint_table(settings: Settings, run: LabRun, items: pl.DataFrame) -> pl
     """Per audited checkpoint: Spearman(norm, depth / log_frequency / ambiguity) with CI, from ``results``.
 
     Writes ``checkpoints.parquet`` and ``checkpoints.png``; the plot's dashed levels are the relations the
-    base run's *predicted* norms imply (THEORY.md section 5, item 3).
+    base run's *predicted* norms imply (docs/theory.md section 5, item 3).
     """
     store = open_store(settings)
     con = open_catalog(store)

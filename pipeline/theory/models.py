@@ -1,7 +1,7 @@
 """The lab's two torch models, each with an exact analytic forward-mode JVP.
 
 ``Table``: z_i = E[i] (a free lookup row). ``Encoder``: z_i = W2 tanh(W1 E[i]) — tanh and no biases on
-centred rows, the combination THEORY.md section 6 found to behave (no shared offset that moves every norm
+centred rows, the combination docs/theory.md section 6 found to behave (no shared offset that moves every norm
 at once). ``jvp`` gives the first-order change of z along a parameter displacement in closed form; a test
 checks it against ``torch.func.jvp``, and it is about ten times cheaper, which matters because the lab
 evaluates it for every item at every measured step.

@@ -1,6 +1,6 @@
 """Score training runs against the equilibrium formula: one results row per run, one row per item.
 
-Every score is out of sample (THEORY.md section 6): ``half`` = estimates from the first half of the
+Every score is out of sample (docs/theory.md section 6): ``half`` = estimates from the first half of the
 measuring window predict the second half's mean norms; ``seed`` = one seed's whole-window estimates
 predict the other seed's. Next to the formula sit the references that make its numbers readable:
 ``heat_only`` (d = 0), ``const_heat`` (h replaced by its mean: the ablation a broken estimator resembles),

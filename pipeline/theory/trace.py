@@ -8,7 +8,7 @@ radial part (along the previous embedding) and the length of its tangential part
 of the step. With ``r`` the previous norm, the change of ``r^2`` is exactly
 ``2 r radial + radial^2 + tangential^2``: the suite checks that every row adds up.
 
-Why every step by default: THEORY.md section 6. Heat is the squared tangential displacement per step; over
+Why every step by default: docs/theory.md section 6. Heat is the squared tangential displacement per step; over
 ``s`` steps the noise adds up as ``s`` and the drift as ``s^2``, so a trace every ``s`` steps does not give
 the per-step heat and the estimate collapses for a shared encoder.
 """

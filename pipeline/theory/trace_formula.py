@@ -3,7 +3,7 @@
 Per item and traced step ``t`` (one optimizer step apart, learning rate ``eta_t``), with ``r`` the norm
 before the step, the trace gives the radial displacement ``rho`` and the tangential length ``tau``:
 
-- heat ``h = r^2 tau^2 / eta^2`` (THEORY.md section 6, the tangential part of the actual displacement);
+- heat ``h = r^2 tau^2 / eta^2`` (docs/theory.md section 6, the tangential part of the actual displacement);
 - drift ``d = r rho / eta + lambda r^2``. Section 6 asks for a forward-mode JVP along the update; the trace
   has the actual displacement only, so ``r rho`` stands for ``<z, JVP>`` and the second-order radial part
   (``rho^2``: 1.5e-3 of ``|2 r rho|`` in the default adamw run) is folded into ``d``. This is a shortcut: it
@@ -51,7 +51,7 @@ def per_step_terms(trace: pl.DataFrame, weight_decay: float) -> pl.DataFrame:
     one = trace.filter((pl.col("steps_since") == 1) & (pl.col("lr") > 0))
     if one.height == 0:
         raise ValueError("the trace has no one-step displacements: the formula needs a trace of every step "
-                         "(--trace-every 1; THEORY.md section 6: subsampled heat collapses for a shared encoder)")
+                         "(--trace-every 1; docs/theory.md section 6: subsampled heat collapses for a shared encoder)")
     r2 = pl.col("norm") ** 2 - pl.col("r2_change")
     return one.select(
         "item_id", "kind", "step", "norm", "lr", r2.alias("r2"),
