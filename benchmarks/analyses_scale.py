@@ -9,19 +9,24 @@ catalog is made: ``pipeline.storage.catalog.connect``, DuckDB's memory capped at
 2. The audit's analyses as ``pipeline.audit.steps.run_analyses`` runs them (``run_analysis`` for each of
    ``AUDIT_ANALYSES``; the retrieval ones find no retrieval set and return nothing), with the staging of the
    item rows timed apart and norm_vs_property's intervals timed apart from its points.
-3. The full Poisson bootstrap at the audit's 1,000 resamples, **extrapolated**: its replicates are staged
+3. norm_vs_property's intervals as the audit computes them now (``run_query("norm_vs_property_ci")`` at the
+   default parameters: 1,000 resamples; samples over ``bootstrap_switch_n`` items by the m-out-of-n bootstrap
+   of ``bootstrap_m`` draws a replicate), measured whole.
+4. The full Poisson bootstrap at the audit's 1,000 resamples (the route before the switch-over existed, and
+   still below it), **extrapolated**: its replicates are staged
    (``pipeline.analysis.bootstrap.stage_replicates``, the production function) at ``--fit-resamples R1 R2``
-   replicates; the cost is fitted as a + b R through the two (a: reading the staged rows and sorting them
-   once; b: one replicate, computed the same way for every replicate) and reported at R = 1,000. 1,000
-   full replicates of 10 M items would take about half an hour of this machine's CPU.
+   replicates (default: 2 and 2 + max(10, 150,000,000 / N), about 10 s of CPU each); the cost is fitted as
+   a + b R through the two (a: reading the staged rows and sorting them once; b: one replicate, computed the
+   same way for every replicate) and reported at R = 1,000. 1,000 full replicates of 10 M items would take
+   about a quarter of an hour of this machine's CPU.
 
 Each figure is printed in wall seconds and CPU seconds of the process (DuckDB's and numpy's threads
 included), beside the time to embed N words with MiniLM as measured before (docs/scale.md, "Items per
 second per worker"): 89,602 words/s on one H200 (float32, 2026-11-29) and 1,903 words/s on this project's
 2-core CPU worker (float32, 2026-11-29).
 
-    python benchmarks/analyses_scale.py [--sizes 1000000 5000000 10000000] [--fit-resamples 5 20]
-                                        [--duckdb-memory 6GB]
+    python benchmarks/analyses_scale.py [--sizes 1000000 5000000 10000000] [--fit-resamples R1 R2]
+                                        [--duckdb-memory 4GB]
 """
 
 from __future__ import annotations
@@ -80,7 +85,8 @@ def load(items: int, memory: str):
     return con
 
 
-def measure(items: int, fit: tuple[int, int], memory: str) -> dict[str, tuple[float, float]]:
+def measure(items: int, fit: tuple[int, int] | None, memory: str) -> dict[str, tuple[float, float]]:
+    fit = fit or (2, 2 + max(10, 150_000_000 // items))
     clock = Clock()
     t = time.perf_counter()
     con = load(items, memory)
@@ -98,6 +104,12 @@ def measure(items: int, fit: tuple[int, int], memory: str) -> dict[str, tuple[fl
                 continue
             with clock(name):
                 run_analysis(con, name, "m", "r", "bench", **params)
+        # the intervals read only the staged rows: the stored tables go, so that 10 M items fit beside others' work
+        for name in ("embeddings", "probe_properties", "probe_items", "probe_relations", "token_norms"):
+            con.execute(f"drop table {name}")
+        with clock("intervals (the audit's route)"):
+            route = run_query(con, "norm_vs_property_ci", model="m", release="r", **params)
+        methods = sorted(set(route["ci_method"]))
         value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
         batch = max(1, DEFAULT_PARAMS["bootstrap_batch_rows"] // value_rows)
         for resamples in fit:
@@ -112,30 +124,44 @@ def measure(items: int, fit: tuple[int, int], memory: str) -> dict[str, tuple[fl
         w1 + slope_w * (AUDIT_RESAMPLES - fit[0]), c1 + slope_c * (AUDIT_RESAMPLES - fit[0]))
     for name, (wall, cpu) in clock.seconds.items():
         print(f"  {name:<50} {wall:8.1f} s wall {cpu:8.1f} s CPU", flush=True)
-    print(f"  one full replicate: {slope_w:.3f} s wall, {slope_c:.3f} s CPU; peak RSS {peak:.2f} GiB")
+    print(f"  one full replicate: {slope_w:.3f} s wall, {slope_c:.3f} s CPU; peak RSS {peak:.2f} GiB; "
+          f"the audit's intervals: {', '.join(methods)}")
+    # one m-out-of-n replicate's CPU: the route's time less the reading and sorting both routes do once (the
+    # fit's intercept); a Poisson replicate costs in proportion to n, so the two cost the same at about
+    route_cpu = clock.seconds["intervals (the audit's route)"][1]
+    m_replicate = (route_cpu - (c1 - slope_c * fit[0])) / AUDIT_RESAMPLES
+    print(f"  one m-out-of-n replicate: ~{m_replicate:.4f} s CPU, as much as a Poisson replicate of "
+          f"~{items * m_replicate / slope_c:,.0f} items")
     return clock.seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 5_000_000, 10_000_000])
-    parser.add_argument("--fit-resamples", type=int, nargs=2, default=[5, 20])
-    parser.add_argument("--duckdb-memory", default="6GB", help="DuckDB memory_limit (it spills beyond)")
+    parser.add_argument("--fit-resamples", type=int, nargs=2, default=None,
+                        help="the two full-bootstrap counts the cost is fitted through (default: by size)")
+    parser.add_argument("--duckdb-memory", default="4GB", help="DuckDB memory_limit (it spills beyond)")
     args = parser.parse_args()
-    fit = tuple(sorted(args.fit_resamples))
+    fit = tuple(sorted(args.fit_resamples)) if args.fit_resamples else None
     summary = {}
     for items in args.sizes:
         summary[items] = measure(items, fit, args.duckdb_memory)
         gc.collect()
     full = f"full bootstrap, {AUDIT_RESAMPLES} resamples (extrapolated)"
+    route = "intervals (the audit's route)"
     rates = ", ".join(f"{k} {v:,} words/s" for k, v in EMBED_RATES.items())
-    print(f"\nsummary (wall s; embedding from docs/scale.md: {rates})")
+    print("\nsummary in CPU seconds (on an idle machine the wall time is at most this; on a shared one it varies); "
+          f"MiniLM embedding from docs/scale.md: {rates}; switch-over n={DEFAULT_PARAMS['bootstrap_switch_n']:,}, "
+          f"m={DEFAULT_PARAMS['bootstrap_m']:,}")
     for items, seconds in summary.items():
-        rest = sum(w for name, (w, _) in seconds.items() if not name.startswith("full bootstrap"))
+        rest = sum(c for name, (_, c) in seconds.items() if not name.startswith(("full bootstrap", "intervals")))
         embed = {k: items / v for k, v in EMBED_RATES.items()}
-        print(f"  {items:>11,} items: analyses without intervals {rest:7.1f} s; {full} {seconds[full][0]:8.1f} s "
-              f"({seconds[full][1]:.0f} s CPU); embedding: " +
-              ", ".join(f"{k} {s:,.0f} s (bootstrap / embedding {seconds[full][0] / s:.1f})" for k, s in embed.items()))
+        before, after = seconds[full][1], seconds[route][1]
+        print(f"  {items:>11,} items: analyses without intervals {rest:6.1f} s; intervals {before:7.1f} s with "
+              f"the full bootstrap, {after:6.1f} s now ({before / after:.1f}x less); whole analyses "
+              f"{rest + before:7.1f} -> {rest + after:6.1f} s; embedding: " + ", ".join(
+                  f"{k} {s:,.0f} s (analyses / embedding {(rest + before) / s:.2f} -> {(rest + after) / s:.2f})"
+                  for k, s in embed.items()))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline.analysis.analyses import run_analysis
+from pipeline.analysis.analyses import interval_note, run_analysis
 from pipeline.analysis.sql import run_query
 from pipeline.probes import ProbeSet
 from pipeline.storage.catalog import open_catalog
+from pipeline.storage.runs import write_results
 from pipeline.storage.store import Store
 from tests.helpers import store_synthetic, word_probe_set
 
@@ -201,3 +202,35 @@ def test_queries_leave_the_connections_row_order_setting_as_it_was(word_store, s
     assert con.execute("select current_setting('preserve_insertion_order')").fetchone()[0] is setting
     again = run_query(open_catalog(store), "norm_by_bin", model="m", release="r1", n_bins=10)
     assert first.equals(again)
+
+
+def test_results_name_the_method_of_each_interval_and_older_files_read_as_null(word_store):
+    """norm_vs_property's rows carry n_resamples and ci_method (the m-out-of-n bootstrap above the switch-over,
+    the Poisson bootstrap below it), the summary line names the switch-over, and results stored before the two
+    columns existed read them as null beside newer ones."""
+    store, *_ = word_store
+    con = open_catalog(store)
+    params = {"resamples": 50, "bootstrap_switch_n": 150, "bootstrap_m": 100}  # the set has 203 items
+    large = run_analysis(con, "norm_vs_property", "m", "r1", "run-a", **params)
+    assert large.height and set(large["ci_method"]) == {"m-out-of-n bootstrap m=100"}
+    assert set(large["n_resamples"]) == {50} and large["ci_low"].is_not_null().all()
+    small = run_analysis(con, "norm_vs_property", "m", "r1", "run-b", resamples=50)
+    assert set(small["ci_method"]) == {"poisson bootstrap"} and set(small["n_resamples"]) == {50}
+    assert interval_note(large, params) == (
+        "intervals: poisson bootstrap, 50 resamples, up to n=150 items; m-out-of-n bootstrap, m=100, rescaled by "
+        f"sqrt(m/n), above ({large.height} of {large.height} rows)")
+    assert interval_note(small) == ("intervals: poisson bootstrap, 1000 resamples, up to n=250000 items; "
+                                    "m-out-of-n bootstrap, m=65536, above (none here)")
+    bins = run_analysis(con, "norm_by_bin", "m", "r1", "run-a")
+    assert bins["ci_method"].is_null().all() and bins["n_resamples"].is_null().all()
+
+    old = large.drop("n_resamples", "ci_method").with_columns(pl.lit("run-old").alias("run_id"))
+    write_results(store, "run-old", "norm_vs_property", old)
+    only_old = open_catalog(store).execute(
+        "select count(*), count(ci_method), count(n_resamples) from results").fetchone()
+    assert only_old == (large.height, 0, 0)
+    write_results(store, "run-a", "norm_vs_property", large)
+    both = open_catalog(store).execute("select run_id, count(*), count(ci_method), min(ci_method), "
+                                       "count(n_resamples) from results group by run_id order by run_id").fetchall()
+    k = large.height
+    assert both == [("run-a", k, k, "m-out-of-n bootstrap m=100", k), ("run-old", k, 0, None, 0)]

@@ -5,12 +5,16 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from pipeline.analysis.bootstrap import POISSON
 from pipeline.analysis.retrieval import register_retrieval_tables
 from pipeline.analysis.sql import DEFAULT_PARAMS, record_staged, run_query, staged_for
 
+# n_resamples and ci_method: the bootstrap's replicates behind an interval and the method that made it; null
+# where the query computes its interval itself (its header says how: hypernym_pairs' Wilson interval, the
+# retrieval analyses' normal ones), and in results stored before they existed
 RESULT_COLUMNS = [
     "run_id", "analysis", "model", "release", "probe_set", "property", "statistic",
-    "value", "ci_low", "ci_high", "n",
+    "value", "ci_low", "ci_high", "n", "n_resamples", "ci_method",
 ]
 # Analyses an audit runs after embedding, in order. Each produces no rows where the stored data lacks
 # what it needs (no hypernym relations, no token table, no retrieval probe set).
@@ -29,7 +33,8 @@ _CI_KEYS = ["probe_set", "property", "statistic"]
 def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
     """Shape a query's output as ``results`` rows (missing CI columns become null)."""
     out = frame.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(analysis).alias("analysis"))
-    for col, dtype in (("ci_low", pl.Float64), ("ci_high", pl.Float64)):
+    for col, dtype in (("ci_low", pl.Float64), ("ci_high", pl.Float64), ("n_resamples", pl.Int64),
+                       ("ci_method", pl.String)):
         if col not in out.columns:
             out = out.with_columns(pl.lit(None, dtype=dtype).alias(col))
     return out.select(RESULT_COLUMNS).with_columns(
@@ -37,6 +42,7 @@ def to_results(frame: pl.DataFrame, run_id: str, analysis: str) -> pl.DataFrame:
         pl.col("ci_low").cast(pl.Float64),
         pl.col("ci_high").cast(pl.Float64),
         pl.col("n").cast(pl.Int64), pl.col("property").cast(pl.String),
+        pl.col("n_resamples").cast(pl.Int64), pl.col("ci_method").cast(pl.String),
     )
 
 
@@ -67,9 +73,27 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release:
         ensure_retrieval_tables(con, model, release)
     frame = run_query(con, name, **bound)
     if name in CI_QUERIES and frame.height:
-        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high"])
+        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high", "n_resamples",
+                                                               "ci_method"])
         frame = frame.join(ci, on=_CI_KEYS, how="left")
     for col, value in (("model", model), ("release", release)):
         if col not in frame.columns:
             frame = frame.with_columns(pl.lit(value, dtype=pl.String).alias(col))
     return to_results(frame, run_id, name)
+
+
+def interval_note(results: pl.DataFrame, params: dict | None = None) -> str:
+    """One line naming the methods behind norm_vs_property's intervals in ``results`` (rows of
+    :func:`run_analysis`) and the switch-over between them, e.g. for the audit's printed summary:
+    ``intervals: poisson bootstrap, 1000 resamples, up to n=250000 items; m-out-of-n bootstrap, m=65536,
+    above (4 of 12 rows)``. ``params``: the overrides the analyses ran with, if any."""
+    bound = {**DEFAULT_PARAMS, **(params or {})}
+    switch, m = bound["bootstrap_switch_n"], bound["bootstrap_m"]
+    rows = results.filter(pl.col("analysis") == "norm_vs_property") if "analysis" in results.columns else results
+    methods = rows["ci_method"].drop_nulls() if "ci_method" in rows.columns else pl.Series([], dtype=pl.String)
+    switched = int((methods != POISSON).sum())
+    poisson = f"{POISSON}, {bound['resamples']} resamples, up to n={switch} items"
+    if not switched:
+        return f"intervals: {poisson}; m-out-of-n bootstrap, m={m}, above (none here)"
+    return (f"intervals: {poisson}; m-out-of-n bootstrap, m={m}, rescaled by sqrt(m/n), above "
+            f"({switched} of {len(methods)} rows)")

@@ -3,7 +3,8 @@
 ``norm_vs_property_ci.sql`` takes its intervals from them, and a paired comparison its per-replicate
 differences (:mod:`pipeline.analysis.paired`). :func:`stage_replicates` reads the staged rows of
 ``stg_analysis_values`` / ``stg_analysis_groups`` and writes table ``stg_bootstrap_replicates`` (columns
-probe_set, property, statistic, b, value; value NaN or infinite where a statistic is undefined).
+probe_set, property, statistic, b, value, method; value NaN or infinite where a statistic is undefined; method
+:data:`POISSON` or :func:`m_out_of_n_method`'s label).
 
 Method: Poisson bootstrap, seeded. In replicate b every item gets a weight w ~ Poisson(1) (capped at 10;
 P(w > 10) = 1e-8) and appears w times in the resample; all properties of a probe set share the replicate's
@@ -27,6 +28,22 @@ group's weight beyond one: a cumulative sum in the fixed order (items are kept i
 no reordering), or for a variable with few distinct values the running sum of its per-value weights. Ranks
 are centred on their exact mean (resample size + 1) / 2 and the correlations are weighted central moments.
 Weights and ranks are whole and half-whole numbers, exact in float64.
+
+Large samples: m-out-of-n bootstrap. A replicate of the Poisson bootstrap costs O(n) (about 0.1 s of CPU per
+million items and three properties), so 1,000 of them over millions of items cost minutes to an hour, more
+than embedding the items on a GPU (benchmarks/analyses_scale.py). An item set of more than ``switch_n`` items
+(``bootstrap_switch_n``) is resampled instead by drawing m = min(``bootstrap_m``, n) of its n items with
+replacement in every replicate (Bickel, Goetze & van Zwet 1997, Statistica Sinica 7:1-31): each statistic T is
+computed on the m draws as above (:mod:`pipeline.analysis.m_out_of_n`), and the value stored is
+T_n + sqrt(m/n) * (T*_m - T_n), T_n its value on all n items; the percentiles of the stored values are then the
+m-out-of-n percentile interval T_n + sqrt(m/n) * (quantile of T*_m - T_n), which estimates the spread of T at n
+from its spread at m (a correlation's standard error goes as 1/sqrt(size)). A replicate then costs O(m log m)
+whatever n. Draws are reproducible anywhere: draw j (0 <= j < m) of replicate b is the item at 0-based position
+(mix32(key xor 2j) * 2^32 + mix32(key xor (2j + 1))) mod n among the sample's items ordered by pos (the
+probe set's position where the sample covers the whole set), key = mix32((seed * 2654435769 + b) mod 2^32) as
+above; all samples of one item set share them. A paired comparison's two sides draw the same items
+(:mod:`pipeline.analysis.paired`), and the difference of two stored values is the rescaled deviation of the
+difference, so its intervals are the m-out-of-n ones too.
 """
 
 from __future__ import annotations
@@ -41,6 +58,8 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from pipeline.analysis.m_out_of_n import full_sample_statistics, resample_statistics
+
 # floor(P(Poisson(1) <= k) * 2^32), k = 0..9: a weight is how many of them its hash reaches
 THRESHOLDS = np.array([1580030168, 3160060337, 3950075421, 4213413783, 4279248373, 4292415291, 4294609777,
                        4294923276, 4294962463, 4294966817], dtype=np.uint32)
@@ -48,7 +67,16 @@ THRESHOLDS = np.array([1580030168, 3160060337, 3950075421, 4213413783, 427924837
 # 512 KiB): measured on 2 cores, 1 << 22 (32 MiB arrays) was 3x slower. Replicates are independent: chunks change
 # only the cost, and an item set larger than this is computed one replicate at a time.
 CHUNK_CELLS = 1 << 16
-TABLE_SCHEMA = "probe_set varchar, property varchar, statistic varchar, b bigint, value double"
+TABLE_SCHEMA = "probe_set varchar, property varchar, statistic varchar, b bigint, value double, method varchar"
+# the method column's label for the Poisson bootstrap (the m-out-of-n one's: m_out_of_n_method)
+POISSON = "poisson bootstrap"
+# draws of one m-out-of-n replicate hash counters 0 .. 2m - 1 in 32 bits
+MAX_M = 2**31 - 1
+
+
+def m_out_of_n_method(m: int) -> str:
+    """The method column's label for an m-out-of-n bootstrap of ``m`` draws a replicate."""
+    return f"m-out-of-n bootstrap m={m}"
 
 
 class Buffers:
@@ -81,6 +109,18 @@ def replicate_keys(seed: int, first: int, count: int) -> np.ndarray:
     """The hash keys of replicates first .. first + count - 1 (as ``sql/bootstrap_replicate_keys.sql``)."""
     b = np.arange(first, first + count, dtype=np.uint64)
     return mix32(((np.uint64(seed % 2**32) * np.uint64(2654435769) + b) % np.uint64(2**32)).astype(np.uint32))
+
+
+def draw_positions(keys: np.ndarray, m: int, n: int) -> np.ndarray:
+    """(len(keys) x m) uint64 positions in 0 .. n - 1: the m-out-of-n bootstrap's draws in each replicate.
+
+    Draw j of a replicate is (mix32(key xor 2j) * 2^32 + mix32(key xor (2j + 1))) mod n: 64 random bits, so
+    no position is favoured by more than n / 2^64."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m={m!r}: give a whole number of draws from 1 to {MAX_M}")
+    h = keys.astype(np.uint32)[:, None] ^ np.arange(2 * m, dtype=np.uint32)[None, :]
+    halves = mix32(h).reshape(len(keys), m, 2).astype(np.uint64)
+    return ((halves[..., 0] << np.uint64(32)) | halves[..., 1]) % np.uint64(n)
 
 
 def poisson_weights(keys: np.ndarray, positions: np.ndarray, buffers: Buffers | None = None) -> np.ndarray:
@@ -200,18 +240,15 @@ def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
     """The samples of the staged rows (``stg_analysis_values`` / ``stg_analysis_groups`` on ``con``),
     grouped by item set: the samples of ``norm_vs_property.sql``."""
     names = {key: (probe_set, prop, set_id) for key, probe_set, prop, set_id in con.execute(
-        "select group_key, probe_set, property, set_id from stg_analysis_groups").fetchall()}
-    rows = con.execute(
-        "select group_key, pos, value, norm, n_tokens, zipf is not null as has_zipf, coalesce(zipf, 0) as zipf, "
-        "d_norm from stg_analysis_values order by group_key, pos").fetchnumpy()
-    rows = {k: np.asarray(v) for k, v in rows.items()}
-    starts = np.flatnonzero(np.diff(rows["group_key"], prepend=~rows["group_key"][:1])) if len(rows["pos"]) else []
-    bounds = dict(zip(rows["group_key"][starts].tolist(), zip(starts, [*starts[1:], len(rows["pos"])],
-                                                              strict=True), strict=True))
+        "select group_key, probe_set, property, set_id from stg_analysis_groups where group_key in "
+        "(select distinct group_key from stg_analysis_values)").fetchall()}
     sets: dict[tuple[int, bytes], _ItemSet] = {}
-    for key in sorted(bounds, key=lambda k: names[k][:2]):
+    for key in sorted(names, key=lambda k: names[k][:2]):
         probe_set, prop, set_id = names[key]
-        part = {k: v[slice(*bounds[key])] for k, v in rows.items()}
+        # one group's rows at a time: at 10 M items all of them at once were 1.35 GB more at the peak
+        part = {k: np.asarray(v) for k, v in con.execute(
+            "select pos, value, norm, n_tokens, zipf is not null as has_zipf, coalesce(zipf, 0) as zipf, d_norm "
+            "from stg_analysis_values where group_key = $key order by pos", {"key": key}).fetchnumpy().items()}
         n_items, with_zipf = len(part["pos"]), part["has_zipf"]
         zipf_control = prop != "zipf" and with_zipf.any()
         statistics = ["spearman", "pearson_log_norm"]
@@ -236,11 +273,17 @@ def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
                 item_set.tokens = _Order.of(item_set.n_tokens)
             if "partial_spearman_zipf" in stats and item_set.zipf_order is None:
                 item_set.zipf_order = _Order.of(item_set.zipf)
-    for item_set in sets.values():
+    return list(sets.values())
+
+
+def _with_static(item_set: _ItemSet) -> _ItemSet:
+    """``item_set`` with the fixed per-item rows of the Poisson route's weighted sums (:attr:`_ItemSet.static`;
+    built only for that route: 12 float64 rows per item with three properties)."""
+    if item_set.static is None:
         xl = item_set.x_log_norm
         x = [s.x_value for s in item_set.samples if s.x_value is not None]
         item_set.static = np.stack([np.ones_like(xl), xl, xl * xl, *(c for v in x for c in (v, v * v, xl * v))])
-    return list(sets.values())
+    return item_set
 
 
 def _item_set(items: dict[str, np.ndarray]) -> _ItemSet:
@@ -307,25 +350,68 @@ def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
                     yield sample, statistic, _partial(r_nv, r_nc, _correlation(_rowdot(w_value, r_control), svv, scc))
 
 
+@dataclass
+class _Subsampled:
+    """An item set on the m-out-of-n route: its draws' map to the item set and the values they rescale around."""
+
+    m: int
+    by_position: np.ndarray  # index in the item set (norm order) of the item at each position among its items
+    full: dict[tuple[int, str], float]  # full_sample_statistics
+    scale: float  # sqrt(m / n)
+
+
+def _subsampled(item_set: _ItemSet, m: int) -> _Subsampled:
+    n = len(item_set.positions)
+    m = min(m, n)
+    return _Subsampled(m=m, by_position=np.argsort(item_set.positions, kind="stable"),
+                       full=full_sample_statistics(item_set), scale=float(np.sqrt(m / n)))
+
+
+def _subsample_statistics(item_set: _ItemSet, route: _Subsampled,
+                          keys: np.ndarray) -> Iterator[tuple[_Sample, str, np.ndarray]]:
+    """The m-out-of-n replicates of ``keys``: each statistic's full-sample value plus sqrt(m/n) times the
+    replicate's deviation from it (the percentile interval of these values is the rescaled one)."""
+    draws = route.by_position[draw_positions(keys, route.m, len(item_set.positions))]
+    draws.sort(axis=1)  # the item set is in norm order: sorted draws are too
+    index = {id(sample): i for i, sample in enumerate(item_set.samples)}
+    for sample, statistic, value in resample_statistics(item_set, draws):
+        full = route.full[(index[id(sample)], statistic)]
+        yield sample, statistic, full + route.scale * (value - full)
+
+
 def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resamples: int,
-                     batch_resamples: int, threads: int | None = None, chunk_cells: int = CHUNK_CELLS) -> None:
+                     batch_resamples: int, threads: int | None = None, chunk_cells: int = CHUNK_CELLS,
+                     switch_n: int | None = None, m: int | None = None) -> None:
     """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
     0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
-    replicates (and ``chunk_cells`` replicate x item cells) at a time, chunks on ``threads`` threads
-    (default: the CPUs this process may use, at most 4): a replicate's values depend neither on the batching
-    nor on the threads."""
+    replicates (and ``chunk_cells`` replicate x item cells, or x draws) at a time, chunks on ``threads``
+    threads (default: the CPUs this process may use, at most 4): a replicate's values depend neither on the
+    batching nor on the threads. Samples of more than ``switch_n`` items (None: none) are resampled by the
+    m-out-of-n bootstrap with ``m`` draws a replicate (at most n), the others by the Poisson bootstrap."""
+    if (switch_n is None) != (m is None):
+        raise ValueError(f"switch_n={switch_n!r}, m={m!r}: give both (the m-out-of-n route) or neither")
     sets = item_sets(con)
-    largest = max((len(s.positions) for s in sets), default=1)
-    chunk = max(1, min(batch_resamples, chunk_cells // largest))
+    routes = {id(s): _subsampled(s, m) for s in sets if switch_n is not None and len(s.positions) > switch_n}
+    sets = [s if id(s) in routes else _with_static(s) for s in sets]
+    cells = [routes[id(s)].m if id(s) in routes else len(s.positions) for s in sets]
+    chunk = max(1, min(batch_resamples, chunk_cells // max(cells, default=1)))
     local = threading.local()
 
-    def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]:
+    def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]:
         if not hasattr(local, "buffers"):
             local.buffers = Buffers()
         keys = replicate_keys(seed, start, count)
         b = np.arange(start, start + count, dtype=np.int64)
-        return [((sample.probe_set, sample.property, statistic), value, b) for item_set in sets
-                for sample, statistic, value in replicate_statistics(item_set, keys, local.buffers)]
+        rows = []
+        for item_set in sets:
+            route = routes.get(id(item_set))
+            if route is None:
+                method, values = POISSON, replicate_statistics(item_set, keys, local.buffers)
+            else:
+                method, values = m_out_of_n_method(route.m), _subsample_statistics(item_set, route, keys)
+            rows += [((sample.probe_set, sample.property, statistic, method), value, b)
+                     for sample, statistic, value in values]
+        return rows
 
     con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
     # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
@@ -339,19 +425,19 @@ def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resa
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str,
-            rows: list[tuple[tuple[str, str, str], np.ndarray, np.ndarray]]) -> None:
+            rows: list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]) -> None:
     # polars frames, not Arrow tables: DuckDB imports pandas (~0.7 s) to scan the latter, not the former. The
     # names are joined in by number: one string per (sample, statistic), not per replicate
     names = pl.DataFrame([(i, *name) for i, (name, _, _) in enumerate(rows)], orient="row",
                          schema={"which": pl.Int32, "probe_set": pl.String, "property": pl.String,
-                                 "statistic": pl.String})
+                                 "statistic": pl.String, "method": pl.String})
     values = pl.DataFrame({
         "which": np.repeat(np.arange(len(rows), dtype=np.int32), [len(value) for _, value, _ in rows]),
         "b": np.concatenate([b for _, _, b in rows]), "value": np.concatenate([value for _, value, _ in rows])})
     con.register("bootstrap_replicate_names", names)
     con.register("bootstrap_replicate_values", values)
     try:
-        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value "
+        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value, n.method "
                     "from bootstrap_replicate_values as v inner join bootstrap_replicate_names as n using (which)")
     finally:
         con.unregister("bootstrap_replicate_names")

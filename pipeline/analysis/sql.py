@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.analysis.bootstrap import stage_replicates
+from pipeline.analysis.bootstrap import MAX_M, stage_replicates
 
 # Staging queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
 ANALYSIS_STAGING = ("stg_analysis_groups", "stg_analysis_values")
@@ -35,6 +35,10 @@ DEFAULT_PARAMS = {
     # on it. Measured (issue 19, benchmarks/bootstrap_scale.py): 1 M items x 3 properties, 0.94 GiB process peak
     # with DuckDB's staged rows, for 100 replicates as for 1,000
     "bootstrap_batch_rows": 100_000_000,
+    # norm_vs_property_ci: samples of more than this many items get the m-out-of-n bootstrap, with this many
+    # draws a replicate (pipeline/analysis/bootstrap.py). Why these: docs/analyses.md, "Large samples"
+    "bootstrap_switch_n": 250_000,
+    "bootstrap_m": 65_536,
 }
 
 
@@ -90,25 +94,31 @@ def _any_row_order(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 
 def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, release: str, resamples: int,
                                 seed: int, bootstrap_batch_rows: int = DEFAULT_PARAMS["bootstrap_batch_rows"],
-                                **_: object) -> None:
+                                bootstrap_switch_n: int = DEFAULT_PARAMS["bootstrap_switch_n"],
+                                bootstrap_m: int = DEFAULT_PARAMS["bootstrap_m"], **_: object) -> None:
     """Stage the bootstrap replicates of norm_vs_property (:mod:`pipeline.analysis.bootstrap`, which defines
     the method) as temporary table :data:`BOOTSTRAP`, from the staged :data:`ANALYSIS_STAGING` tables.
 
-    Once per connection and (model, release, seed, resamples), in batches of replicates: a batch holds at
-    most ``bootstrap_batch_rows`` (staged value row x replicate) pairs, so memory stays bounded however
-    many items and replicates there are. Replicate b's weights depend on (seed, b) alone: the statistics do
-    not depend on the batching.
+    Once per connection and (model, release, seed, resamples, switch-over, m), in batches of replicates: a
+    batch holds at most ``bootstrap_batch_rows`` (staged value row x replicate) pairs, so memory stays bounded
+    however many items and replicates there are. Replicate b's weights (or draws) depend on (seed, b) alone:
+    the statistics do not depend on the batching. Samples of more than ``bootstrap_switch_n`` items get the
+    m-out-of-n bootstrap with ``bootstrap_m`` draws a replicate.
     """
     resamples = _at_least_one("resamples", resamples, "1000")
     bootstrap_batch_rows = _at_least_one("bootstrap_batch_rows", bootstrap_batch_rows, "100_000_000")
-    scope = f"seed={seed} resamples={resamples}"
+    switch_n = _at_least_one("bootstrap_switch_n", bootstrap_switch_n, "250_000")
+    m = _at_least_one("bootstrap_m", bootstrap_m, "65_536")
+    if m > MAX_M:
+        raise ValueError(f"bootstrap_m={bootstrap_m!r}: give at most {MAX_M:_} draws (e.g. bootstrap_m=65_536)")
+    scope = f"seed={seed} resamples={resamples} switch_n={switch_n} m={m}"
     if staged_for(con, BOOTSTRAP) == (model, release, scope):
         return
     for table in ANALYSIS_STAGING:
         ensure_staged(con, table, model, release)
     value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
     batch = max(1, min(resamples, bootstrap_batch_rows // max(value_rows, 1)))
-    stage_replicates(con, BOOTSTRAP, seed, resamples, batch)
+    stage_replicates(con, BOOTSTRAP, seed, resamples, batch, switch_n=switch_n, m=m)
     record_staged(con, BOOTSTRAP, model, release, scope)
 
 
