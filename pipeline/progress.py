@@ -1,6 +1,11 @@
-"""Progress of shards and items: a bar for CLI runs, log lines otherwise.
+"""Progress of long work: a bar for CLI runs, log lines otherwise.
 
-The flow reports through :func:`reporter`; the CLI installs a rich bar with
+Two kinds of work report here: an audit's shards and items (:meth:`LogProgress.start`,
+:meth:`~LogProgress.advance`), and work of a few named steps, such as a paired comparison
+(:meth:`~LogProgress.begin_steps`, :meth:`~LogProgress.step`, :meth:`~LogProgress.end_steps`).
+A run of several audits (``serve --once``) titles each with :meth:`~LogProgress.section`.
+
+Library code reports through :func:`reporter`; the CLI installs a rich bar with
 :func:`use_progress`. Deployed runs keep the default, which only logs.
 """
 
@@ -8,14 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 log = logging.getLogger("normaudit.progress")
 
 
 class LogProgress:
-    """Default reporter: a log line per committed shard."""
+    """Default reporter: a log line per committed shard, per step and per section."""
 
     def start(self, label: str, shards: int, items: int) -> None:
         self.label, self.shards, self.items, self.done_shards, self.done_items = label, shards, items, 0, 0
@@ -29,31 +42,92 @@ class LogProgress:
     def finish(self) -> None:
         pass
 
+    def section(self, title: str) -> None:
+        """A heading for the work that follows (e.g. which release of several is audited now)."""
+        log.info("%s", title)
+
+    def begin_steps(self, label: str, total: int) -> None:
+        """Work of ``total`` named steps begins; each :meth:`step` names the one that starts."""
+        self.steps_label, self.steps_total, self.steps_done = label, total, -1
+
+    def step(self, name: str) -> None:
+        """The previous step is done and ``name`` starts."""
+        self.steps_done += 1
+        log.info("%s: step %d/%d: %s", self.steps_label, self.steps_done + 1, self.steps_total, name)
+
+    def end_steps(self) -> None:
+        """The last step is done."""
+
 
 class RichProgress(LogProgress):
-    """A terminal progress bar of shards and items."""
+    """Terminal progress bars: shards and items of each probe set; the steps of a comparison.
 
-    def __init__(self):
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[shards]}"), TimeElapsedColumn(), transient=False)
+    ``transient``: the bars vanish when the work ends (a command whose result follows them, such as
+    ``compare``); else they stay above the summary. ``delay_s``: show the bars only once the work has run
+    that long, so quick work prints none.
+    """
+
+    def __init__(self, transient: bool = False, delay_s: float = 0.0):
+        self._bar = Progress(SpinnerColumn(finished_text=" "), TextColumn("{task.description}"), BarColumn(),
+                             MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                             transient=transient)
+        self._delay_s = delay_s
+        self._shown: threading.Timer | None = None
         self._task = None
+        self._steps = None
+
+    def _show(self) -> None:
+        if self._delay_s <= 0:
+            self._bar.start()
+        elif self._shown is None:  # the display starts later, from a timer thread (rich's Progress is thread-safe)
+            self._shown = threading.Timer(self._delay_s, self._bar.start)
+            self._shown.daemon = True
+            self._shown.start()
+
+    def _hide(self) -> None:
+        if self._shown is not None:
+            self._shown.cancel()
+            self._shown.join()  # a start under way completes first, so the stop below stops it
+            self._shown = None
+        self._bar.stop()
 
     def start(self, label: str, shards: int, items: int) -> None:
         super().start(label, shards, items)
         if shards:
-            self._bar.start()
-            self._task = self._bar.add_task(f"embedding {label}", total=items, shards=f"shards 0/{shards}")
+            self._show()
+            self._task = self._bar.add_task(f"embedding {label}", total=items, detail=f"shards 0/{shards}")
 
     def advance(self, items: int) -> None:
         self.done_shards += 1
         self.done_items += items
         if self._task is not None:
-            self._bar.update(self._task, advance=items, shards=f"shards {self.done_shards}/{self.shards}")
+            self._bar.update(self._task, advance=items, detail=f"shards {self.done_shards}/{self.shards}")
 
     def finish(self) -> None:
-        if self._task is not None:
-            self._bar.stop()
-            self._task = None
+        if self._task is not None or self._steps is not None:
+            self._hide()
+            self._task = self._steps = None
+
+    def section(self, title: str) -> None:
+        self._bar.console.print(title)  # above the live bars, when they show
+
+    def begin_steps(self, label: str, total: int) -> None:
+        super().begin_steps(label, total)
+        self._show()
+        self._steps = self._bar.add_task(label, total=total, detail="")
+
+    def step(self, name: str) -> None:
+        self.steps_done += 1
+        if self._steps is not None:
+            self._bar.update(self._steps, completed=self.steps_done, detail=name)
+
+    def end_steps(self) -> None:
+        if self._steps is not None:
+            # the steps' line leaves the display: an audit's bars above it stay as they were
+            self._bar.remove_task(self._steps)
+            self._steps = None
+            if self._task is None:
+                self._hide()
 
 
 _current: LogProgress = LogProgress()

@@ -22,6 +22,7 @@ import duckdb
 import polars as pl
 
 from pipeline.analysis.paired_units import (
+    UNIT_ANALYSES,
     compare_units,
     mirror_self,
     register_retrieval_units,
@@ -37,6 +38,7 @@ from pipeline.analysis.sql import (
     load_sql,
     run_query,
 )
+from pipeline.progress import reporter
 from pipeline.storage.store import Store
 
 PAIRED_COLUMNS = {
@@ -87,11 +89,19 @@ def paired_comparison(con: duckdb.DuckDBPyConnection, base: tuple[str, str], oth
     bound = {**DEFAULT_PARAMS, **params, "resamples": resamples, "seed": seed}
     for table, columns in _INPUTS.items():
         con.execute(f"create or replace temp table {table} ({columns})")
-    with shared_embeddings(con, base, other):
-        _norm_vs_property(con, base, other, bound)
-        register_retrieval_units(con, base, other)
-    compare_units(con, base, other, bound)
-    frame = run_query(con, "paired_comparison", **side_params(base, other))
+    progress = reporter()  # a step per side and analysis: the bootstraps take most of the time
+    progress.begin_steps(f"comparing {'@'.join(other)} with {'@'.join(base)}",
+                         len(sides(base, other)) + len(UNIT_ANALYSES) + 2)
+    try:
+        with shared_embeddings(con, base, other):
+            _norm_vs_property(con, base, other, bound)
+            progress.step("retrieval search")
+            register_retrieval_units(con, base, other)
+        compare_units(con, base, other, bound)
+        progress.step("intervals")
+        frame = run_query(con, "paired_comparison", **side_params(base, other))
+    finally:
+        progress.end_steps()
     return frame.select(list(PAIRED_COLUMNS)).cast(PAIRED_COLUMNS)
 
 
@@ -139,6 +149,7 @@ def _norm_vs_property(con: duckdb.DuckDBPyConnection, base: tuple[str, str], oth
                       bound: dict) -> None:
     """norm_vs_property on each side's shared items: the audit's query and bootstrap replicates."""
     for side, (model, release) in sides(base, other):
+        reporter().step(f"norm_vs_property of {model}@{release}")
         params = {**bound, "model": model, "release": release}
         points = run_query(con, "norm_vs_property", **params)
         con.register("paired_input", points.to_arrow())

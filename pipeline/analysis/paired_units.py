@@ -14,6 +14,7 @@ import duckdb
 
 from pipeline.analysis.retrieval import register_retrieval_tables
 from pipeline.analysis.sql import bind_params, ensure_staging_of, load_sql, stage_replicate_keys
+from pipeline.progress import reporter
 
 # (analysis, the query of one side's units or None where Python registers them, the query of its statistics).
 # A units query reads the audit's staging of that analysis (sql/stg_*.sql), built per side.
@@ -74,6 +75,7 @@ def compare_units(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
     ``embeddings`` is the catalog's whole view."""
     params = {**bound, **side_params(base, other)}
     for analysis, units_query, stats_query in UNIT_ANALYSES:
+        reporter().step(analysis)
         raw = f"paired_{analysis}_raw"
         if units_query:
             _side_units(con, raw, units_query, base, other, params)
