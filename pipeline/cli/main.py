@@ -12,43 +12,32 @@ import typer
 
 from flows.console import quiet_console  # sets environment only: imports no Prefect
 from flows.interrupts import interruptible  # signal handling only: imports no Prefect
+from pipeline.cli.errors import ReportingGroup, VerboseOpt  # imports only typer and click
 from pipeline.cli.theory import theory_app  # a sub-app: imports only typer
 
 # Great Expectations logs every ephemeral docs folder it creates at INFO: noise in a terminal.
 logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
-app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True)
-probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True)
+# ReportingGroup: an exception that escapes any command (a library's, a bug) is one error: line, its traceback
+# in a log file (pipeline/cli/errors.py); the sub-apps get the same class, so `theory` and `probes` are covered.
+app = typer.Typer(help="Audit what the discarded norm of contrastive embeddings encodes.", no_args_is_help=True,
+                  cls=ReportingGroup)
+probes_app = typer.Typer(help="Probe sets: add, list, build.", no_args_is_help=True, cls=ReportingGroup)
 app.add_typer(probes_app, name="probes")
-app.add_typer(theory_app, name="theory")
+app.add_typer(theory_app, name="theory", cls=ReportingGroup)
 
 
-def _register_release_commands() -> None:
+def _register_commands() -> None:
+    """The commands defined in modules of their own: release tracking, quality, the report."""
     from pipeline.cli.release import compare, serve
-
-    app.command()(compare)
-    app.command()(serve)
-
-
-_register_release_commands()
-
-
-def _register_quality_commands() -> None:
+    from pipeline.cli.report import report
     from pipeline.cli.verify import verify
 
-    app.command()(verify)
+    for command in (compare, serve, verify, report):
+        app.command()(command)
 
 
-_register_quality_commands()
-
-
-def _register_report_commands() -> None:
-    from pipeline.cli.report import report
-
-    app.command()(report)
-
-
-_register_report_commands()
+_register_commands()
 
 RootOpt = Annotated[
     str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data or $NORMAUDIT_ROOT)")
@@ -100,7 +89,8 @@ def audit(
     replace: Annotated[bool, typer.Option(
         "--replace", help="let a probe file replace a stored probe set of the same name")] = False,
     verbose: Annotated[bool, typer.Option(
-        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
+        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs) and the traceback "
+                          "of an unexpected failure")] = False,
 ) -> None:
     """Embed probe sets with a model, store raw vectors and norms, and run the analyses."""
     from pydantic import ValidationError
@@ -219,6 +209,7 @@ def sql(
     output: Annotated[Path | None, typer.Option(
         help="write to this file, outside the root (required for parquet)")] = None,
     s3_endpoint_url: EndpointOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run a read-only SQL query over the stored tables (DuckDB); it can read nothing outside the root."""
     import duckdb
@@ -310,6 +301,7 @@ def build_wordnet(
     pairs_output: Annotated[Path, typer.Option(help="`wordnet-pairs` Parquet to write")] = Path(
         "pipeline/data/wordnet_pairs.parquet"
     ),
+    verbose: VerboseOpt = False,
 ) -> None:
     """Build the shipped `wordnet-nouns` and `wordnet-pairs` Parquet files from a WordNet database folder."""
     from pipeline.probes.wordnet import build_wordnet_nouns
@@ -342,6 +334,7 @@ def probes_add(
     replace: Annotated[bool, typer.Option("--replace", help="replace a stored set of this name")] = False,
     root: RootOpt = None,
     s3_endpoint_url: EndpointOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Validate the user's data and store it as a probe set that `normaudit audit --probes NAME` finds."""
     from pipeline.probes.stored import add_probe_set, summarize
@@ -373,6 +366,7 @@ def probes_list(
     root: RootOpt = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
     s3_endpoint_url: EndpointOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Every probe set (built-in, external, stored under the root) with row counts and properties."""
     import pyarrow as pa

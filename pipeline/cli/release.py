@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from pipeline.cli.errors import VerboseOpt, one_line
+
 
 def compare(
     model: Annotated[str, typer.Option(help="model label as stored (the 'other' side: differences are it - base)")],
@@ -27,6 +29,7 @@ def compare(
     resamples: Annotated[int, typer.Option(min=1, help="paired bootstrap resamples")] = 1000,
     seed: Annotated[int | None, typer.Option(
         min=0, max=2**32 - 1, help="paired bootstrap seed (default: the analyses' seed)")] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Compare two audited (model, release) pairs on the units both embedded, with paired 95% intervals.
 
@@ -40,6 +43,7 @@ def compare(
     from pipeline.analysis.compare import AlertThresholds, audited_release, compare_runs, previous_release
     from pipeline.analysis.comparison_page import render_comparison_page
     from pipeline.analysis.paired import paired_comparison, write_comparison
+    from pipeline.progress import RichProgress, use_progress
     from pipeline.settings import load_settings
     from pipeline.storage.catalog import open_catalog
     from pipeline.storage.runs import new_run_id
@@ -63,8 +67,9 @@ def compare(
         raise typer.Exit(1) from exc
     other = (model, other_release)
     params = {} if seed is None else {"seed": seed}
-    try:
-        frame = paired_comparison(con, base, other, resamples=resamples, **params)
+    try:  # a bar of its steps once it has run 2 s; it vanishes before the tables print
+        with use_progress(RichProgress(transient=True, delay_s=2.0)):
+            frame = paired_comparison(con, base, other, resamples=resamples, **params)
     except ValueError as exc:  # e.g. a finished run whose embeddings are not under this root
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc
@@ -128,17 +133,24 @@ def serve(
     root: Annotated[str | None, typer.Option(help="storage root URL (overrides the config's)")] = None,
     once: Annotated[bool, typer.Option(
         "--once", help="audit every watched model's new releases now, then exit (no schedule)")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs) and the traceback "
+                          "of an unexpected failure")] = False,
 ) -> None:
     """Serve one cron-scheduled Prefect deployment per watched model (runs until stopped), or run them once."""
+    from flows.console import quiet_console
     from pipeline.audit.watch import load_audits_config
     from pipeline.settings import load_settings
 
     try:
         cfg = load_audits_config(config)
-    except ValueError as exc:
-        typer.secho(f"error: {exc}", fg="red", err=True)
+    except ValueError as exc:  # on one line: a YAML error quotes the file over several
+        typer.secho(f"error: {one_line(str(exc))}", fg="red", err=True)
         raise typer.Exit(1) from exc
     settings = load_settings(root=root or cfg.root)
+    # before Prefect is imported: its logging is set up from the environment at import (the served runs'
+    # processes inherit it too)
+    quiet_console(verbose, local_cluster=not settings.dask_address)
     if once:
         _watch_once(cfg, settings)
         return
@@ -152,15 +164,15 @@ def serve(
 
 def _watch_once(cfg, settings) -> None:
     """Each watched model's ``watch_releases`` flow, now, in this process; exit 1 if any release alerted."""
-    from flows.console import failures_once_on_console, quiet_console
+    from flows.console import failures_once_on_console
     from flows.runners import prefect_api
     from flows.watch import watch_releases
     from pipeline.analysis.compare import ReleaseRegression
+    from pipeline.progress import RichProgress, use_progress
 
-    quiet_console(False, local_cluster=not settings.dask_address)
-    failures_once_on_console()
+    failures_once_on_console()  # the error: line is the one report of a failure
     alerts = []
-    with prefect_api():
+    with prefect_api(), use_progress(RichProgress()):  # a line per release, a bar per probe set
         for w in cfg.watch:
             try:
                 audited = watch_releases(watch=w, settings=settings, thresholds=w.thresholds or cfg.thresholds)

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from pipeline.cli.errors import VerboseOpt
+
 
 def report(
     model: Annotated[str | None, typer.Option(help="model label as stored (e.g. minilm-l6)")] = None,
@@ -20,6 +22,7 @@ def report(
     ] = None,
     models: Annotated[bool, typer.Option(
         "--models", help="write <root>/reports/index.html: every audited model and release side by side")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Write <root>/reports/<model>/<release>/index.html (plots beside it) and the model's release index;
     with --models, the page of every audited model and release instead."""

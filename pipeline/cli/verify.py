@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from pipeline.cli.errors import VerboseOpt
+
 
 def verify(
     root: Annotated[str | None, typer.Option("--root", help="storage root URL (default $NORMAUDIT_ROOT)")] = None,
@@ -21,6 +23,7 @@ def verify(
         "still checked (two columns of each part)")] = False,
     s3_endpoint_url: Annotated[str | None, typer.Option(
         "--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Check every committed part's sha256 against its manifest, and that every row's text_sha256 is its
     probe item's current text hash; exit 1 if any differs (unless repaired)."""
