@@ -17,6 +17,16 @@ only) and stops with the command: an empty ``distributed.dashboard.link`` templa
 makes its link empty, which the Dask task runner does not print. A running server or cluster the
 user named keeps its links.
 
+**Dask's housekeeping.** Dask logs some of its own routine at WARNING: a worker closed while a task runs
+(an interrupted run) reports each cancelled instruction (``distributed.worker.state_machine``), and a nanny
+whose worker is slow to exit at the end of a run says it kills it (``distributed.nanny``). Neither is news
+for the run's user; Dask's documented logging config (``distributed.logging``: logger -> level, through its
+``DASK_DISTRIBUTED__LOGGING`` variable, which the worker processes inherit) raises those two loggers to
+ERROR. A worker restarted for exceeding its memory (``distributed.nanny.memory``) still shows. Workers ended
+after an interrupt may leave a semaphore registered with multiprocessing's resource tracker, which removes it
+when the command exits and warns that it did ("There appear to be 1 leaked semaphore objects"): a warnings
+filter in ``PYTHONWARNINGS``, which the tracker process inherits, ignores that one warning.
+
 **A failure once.** When a task fails, Prefect logs the failure with its traceback at every level it passes (the
 task run, the subflow, the flow: three tracebacks for one bad shard), then the CLI prints the
 error once with where its details are (the quarantine folder and GX result, the ``runs``
@@ -29,11 +39,21 @@ Only environment settings that Prefect and Dask document, and the standard ``log
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 _FAILED_STATES = ("Finished in state Failed(", "Finished in state Crashed(")
+# Dask loggers whose warnings are its housekeeping (see the module docstring), by level; a logger's own level
+# holds for it alone, so the children named below keep theirs.
+QUIET_DASK_LOGGERS = {
+    "distributed.worker.state_machine": "error",
+    "distributed.nanny": "error",
+    "distributed.nanny.memory": "warning",
+}
+# action:message:category:module of Python's warnings filter (message: the start of the warning's text)
+QUIET_TRACKER_WARNING = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
 
 
 class FailureRecordsFilter(logging.Filter):
@@ -65,6 +85,12 @@ def quiet_console(verbose: bool = False, local_cluster: bool = True) -> None:
     """
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+        # JSON is a Python literal too, which is how Dask parses a variable's value into a mapping
+        os.environ.setdefault("DASK_DISTRIBUTED__LOGGING", json.dumps(QUIET_DASK_LOGGERS))
+        # after the user's own filters, so it takes precedence for this one warning only
+        given = os.environ.get("PYTHONWARNINGS", "")
+        if QUIET_TRACKER_WARNING not in given:
+            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (given, QUIET_TRACKER_WARNING)))
     # The same test as the temporary API's start (flows.boot): without PREFECT_API_URL the API is this run's own.
     if not os.environ.get("PREFECT_API_URL"):
         os.environ.setdefault("PREFECT_UI_URL", "")

@@ -14,6 +14,7 @@ from flows.audit import audit_release
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
 from pipeline.audit import steps
 from pipeline.audit.watch import AuditsConfig, WatchedModel
+from pipeline.progress import reporter
 from pipeline.settings import Settings, flow_settings
 
 # cache_policy=NONE: the settings must never be hashed; no retries: the store retries transient errors itself
@@ -33,7 +34,8 @@ def watch_releases(watch: WatchedModel, settings: Settings | None = None,
     releases = find_new_releases(settings, watch)
     log.info("%s: %d new release(s): %s", watch.name, len(releases), [r for r, _ in releases])
     regressions = []
-    for label, ref in releases:
+    for i, (label, ref) in enumerate(releases, 1):
+        reporter().section(f"{watch.name}: auditing release {label} ({i} of {len(releases)})")
         try:
             audit_release(model=ref, probes=watch.probes, release=label, limit=watch.limit,
                           settings=settings, name=watch.name, thresholds=thresholds)
