@@ -18,6 +18,7 @@ from pipeline.analysis.compare import AlertThresholds
 from pipeline.settings import Settings, flow_settings
 from pipeline.theory import lab
 from pipeline.theory.config import LabConfig
+from pipeline.theory.progress import step_reporter
 from pipeline.theory.world import build_world as _build_world
 
 # Training checkpoints are meant to move: an audit of one must never alert as a release regression.
@@ -57,22 +58,28 @@ def theory_lab(config: LabConfig | None = None, settings: Settings | None = None
     identity = check_identity(world, cfg)
     seconds["identity"] = time.perf_counter() - t
     t = time.perf_counter()
-    points = []
-    for pair in cfg.grid():
+    points, grid = [], list(cfg.grid())
+    progress = step_reporter()  # the CLI's bar: each trained sweep point, then each audited checkpoint
+    progress.start(f"theory lab {run.model}", len(grid), unit="runs")
+    for pair in grid:
         points.append(train_point(world, run, pair))
+        progress.update(len(points), stage=f"trained {pair[0].label()}")
         log.info("%s: spearman %.3f, r2 %.3f (both seeds trained)", pair[0].label(),
                  points[-1][0][0]["spearman"], points[-1][0][0]["r2"])
     sweep, items, saved = save_sweep(settings, run, points, identity)
     seconds["sweep"] = time.perf_counter() - t
     t = time.perf_counter()
     if cfg.checkpoints.audit and saved:
+        progress.start(f"auditing {run.model}", len(saved), unit="checkpoints")
         # one cluster for every checkpoint: its workers import torch once, not once per release
         with early_local_cluster(settings) as scheduler_address:
             audit_settings = settings.model_copy(update={"dask_address": scheduler_address()})
-            for step in saved:
+            for done, step in enumerate(saved, 1):
                 log.info("auditing checkpoint %s of %s", run.release(step), run.model)
                 run_audit(audit_settings, run.checkpoint_path(step), [run.probe_url], release=run.release(step),
                           name=run.model, thresholds=NO_ALERTS)
+                progress.update(done, stage=f"audited {run.release(step)}")
+    progress.finish()
     checkpoints = collect_checkpoints(settings, run, items)
     seconds["checkpoint_audits"] = time.perf_counter() - t
     return summarize(settings, run, identity, sweep, checkpoints, seconds)

@@ -4,6 +4,7 @@ and the loop of issue 20 as a user runs it: `normaudit theory finetune`, then `n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,11 +27,38 @@ from pipeline.quality.suites import DataValidationError
 from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
-from pipeline.theory.finetune import FinetuneConfig, finetune
-from pipeline.theory.trace import TRACE_KINDS, TRACE_SCHEMA, trace_sample
+from pipeline.theory.finetune import FinetuneConfig, finetune, training_pairs
+from pipeline.theory.trace import TRACE_KINDS, TRACE_SCHEMA, TraceEncoder, displacement, trace_sample
 from pipeline.theory.trace_formula import read_trace, score_formula
 
 BIN = Path(sys.executable).parent
+
+
+def reference_pooled_vectors(model, texts: list[str], batch_size: int = 128) -> np.ndarray:
+    """The trace's computation before the TraceEncoder (issue 20's code, kept verbatim as the reference):
+    batches of 128 in sample order, tokenized at every call, eval mode, no gradients, modules up to Normalize."""
+    import torch
+
+    modules = []
+    for module in model:
+        if type(module).__name__ == "Normalize":
+            break
+        modules.append(module)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    try:
+        with torch.no_grad():
+            for lo in range(0, len(texts), batch_size):
+                features = model.preprocess(texts[lo:lo + batch_size])
+                features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+                for module in modules:
+                    features = module(features)
+                out.append(features["sentence_embedding"].float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    return np.concatenate(out)
 
 
 def test_split_is_seeded_disjoint_and_the_test_probe_set_holds_only_test_queries():
@@ -91,6 +119,77 @@ def test_trace_adds_up_and_equals_the_audit_embedder_on_every_checkpoint(tiny_ru
         np.testing.assert_allclose(parts, observed, atol=1e-6 * scale.max())
         assert np.abs(observed).max() > 0  # the weights moved
     assert set(trace["lr"].filter(trace["step"] > 0).to_list()) == {0.05}
+
+
+def test_the_trace_equals_the_old_trace_computation_on_every_checkpoint(tiny_run):
+    """The traced rows (norm, radial, tangential) against issue 20's computation on each saved checkpoint."""
+    from sentence_transformers import SentenceTransformer
+
+    cfg, store, summary = tiny_run
+    trace = read_trace(store, "tiny-sgd")
+    sample = trace_sample(30, 20, cfg.seed)
+    before = None
+    for step, ckpt in enumerate(summary["checkpoints"]):
+        old = reference_pooled_vectors(SentenceTransformer(ckpt, device="cpu"), sample["text"].to_list())
+        rows = trace.filter(pl.col("step") == step).join(sample.select("item_id"), on="item_id", how="right")
+        scale = np.linalg.norm(old.astype(np.float64), axis=1).max()
+        np.testing.assert_allclose(rows["norm"].to_numpy(), np.linalg.norm(old.astype(np.float64), axis=1),
+                                   rtol=1e-5)
+        if before is not None:
+            _, radial, tangential = displacement(before, old)
+            np.testing.assert_allclose(rows["radial"].to_numpy(), radial, atol=1e-5 * scale)
+            np.testing.assert_allclose(rows["tangential"].to_numpy(), tangential, atol=1e-5 * scale)
+        before = old
+
+
+def test_trace_encoder_equals_the_old_batching_with_less_padding(tiny_model_dir):
+    """Length-sorted, pre-tokenized batches give the old vectors (to float32 rounding) in the sample's order,
+    in eval mode, and leave a model in training mode as it was."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model_dir), device="cpu")
+    texts = trace_sample(120, 60, 3)["text"].to_list()  # short nouns, then longer definitions
+    model.train()
+    encoder = TraceEncoder(model, texts, max_tokens=256)
+    got = encoder.vectors()
+    assert model.training  # restored
+    want = reference_pooled_vectors(model, texts)
+    assert got.shape == want.shape == (180, model.get_embedding_dimension())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    tokens = [min(len(model.tokenizer(t)["input_ids"]), model.max_seq_length) for t in texts]
+    old_padded = sum(len(b) * max(b) for b in (tokens[i:i + 128] for i in range(0, len(tokens), 128)))
+    real = sum(tokens)
+    assert real <= encoder.padded_tokens < old_padded
+    assert len(encoder.batches) > 1 and all(f["attention_mask"].numel() <= 256 for _, f in encoder.batches)
+
+
+def test_decay_norms_puts_every_parameter_in_the_decayed_group(tiny_model_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model_dir), device="cpu")
+    exempt = sum(p.numel() for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n)
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < exempt < total
+    for decay_norms in (False, True):
+        cfg = FinetuneConfig(model=str(tiny_model_dir), steps=2, batch_size=8, optimizer="sgd", learning_rate=0.05,
+                             trace_nouns=5, trace_definitions=5, trace_every=2, decay_norms=decay_norms,
+                             out=str(tmp_path / f"ckpt-{decay_norms}"), run=f"decay-{decay_norms}")
+        summary = finetune(load_settings(root=str(tmp_path / "root")), Store(str(tmp_path / "root")), cfg, "r")
+        assert summary["decay_parameters"] == ({"decayed": total, "exempt": 0} if decay_norms
+                                               else {"decayed": total - exempt, "exempt": exempt})
+        assert summary["seconds"]["trace"] > 0 and summary["trace_tokens"] > 0
+    assert FinetuneConfig(decay_norms=True).label() == "minilm-l6-adamw-decaynorms-s0"
+
+
+def test_shuffled_pairs_keep_the_texts_and_lose_the_pairing():
+    semantic = training_pairs(FinetuneConfig())
+    shuffled = training_pairs(FinetuneConfig(pairs="shuffled", seed=1))
+    assert shuffled["definition"].to_list() == semantic["definition"].to_list()
+    assert sorted(shuffled["word"].to_list()) == sorted(semantic["word"].to_list())
+    assert (shuffled["word"] == semantic["word"]).mean() < 0.01  # a permutation keeps ~1/n in place
+    assert training_pairs(FinetuneConfig(pairs="shuffled", seed=1)).equals(shuffled)  # seeded
+    assert not training_pairs(FinetuneConfig(pairs="shuffled", seed=2)).equals(shuffled)
+    assert FinetuneConfig(pairs="shuffled", optimizer="sgd").label() == "minilm-l6-sgd-shuffled-s0"
 
 
 def test_a_broken_trace_part_is_quarantined_and_never_visible(tmp_path):
@@ -174,6 +273,19 @@ def _cli(*args, env, timeout=600):
 
 
 @pytest.mark.slow
+def test_finetune_verbose_restores_the_libraries_output(tiny_model_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    out = _cli("theory", "finetune", "--model", str(tiny_model_dir), "--steps", "2", "--batch-size", "8",
+               "--trace-nouns", "5", "--trace-definitions", "5", "--optimizer", "sgd", "--run", "loud",
+               "--out", str(tmp_path / "ckpt"), "--root", str(tmp_path / "root"), "--verbose", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2/2 steps" in out.stdout
+    assert "Loading weights" in out.stderr  # transformers' bar
+    assert "Finished in state Completed()" in out.stderr  # Prefect's per-task lines
+
+
+@pytest.mark.slow
 def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
@@ -187,6 +299,11 @@ def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model
                "--optimizer", "sgd", "--run", "tiny", "--out", str(ckpt), "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "checkpoints: 3" in out.stdout and "norm formula" in out.stdout
+    # the progress bar's last state (steps of total, loss, elapsed, left), the trace's share, nothing else
+    assert re.search(r"fine-tune tiny .* 4/4 steps loss \d+\.\d{4} \d+:\d\d:\d\d left", out.stdout), out.stdout
+    assert re.search(r"trace: \d+s of \d+s wall \(\d+%; [\d,]+ padded tokens a traced step\)", out.stdout)
+    for chatter in ("Computing widget examples", "Loading weights", "it/s", "INFO", "Warning"):
+        assert chatter not in out.stdout + out.stderr, chatter
     scored = _cli("theory", "formula", "--run", "tiny", "--root", str(root), env=env)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "steps 1-2 predict 3-4" in scored.stdout and "persistence" in scored.stdout

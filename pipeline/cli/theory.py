@@ -5,6 +5,8 @@ Imports stay inside the commands (only typer at module level): ``normaudit sql``
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -21,9 +23,33 @@ ConfigOpt = Annotated[Path | None, typer.Option(help="lab config, .yaml or .json
 RootOpt = Annotated[str | None, typer.Option("--root", help="storage root URL (default ./normaudit-data)")]
 
 
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs) and the libraries' "
+                      "own logs and progress bars")]
+
+
 def _fail(message: str, code: int = 1) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Unless ``verbose``, the libraries a theory command calls print nothing but errors; call before importing them.
+
+    Through the settings each library documents, as environment variables (so the local Dask workers of
+    ``theory run`` inherit them): tqdm's defaults (``TQDM_DISABLE``: the trainer's, the dataset's and the
+    model card's "Computing widget examples" bars), transformers' and datasets' verbosity and progress bars,
+    the hub's bars; sentence-transformers logs through the standard ``logging`` API. A value the user
+    already set is kept. Our own progress bar (:mod:`pipeline.theory.progress`) reports the work instead.
+    """
+    if verbose:
+        return
+    import logging
+
+    for name, value in (("TQDM_DISABLE", "1"), ("TRANSFORMERS_VERBOSITY", "error"), ("DATASETS_VERBOSITY", "error"),
+                        ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+        os.environ.setdefault(name, value)
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
 
 
 @theory_app.command("run")
@@ -31,12 +57,9 @@ def _fail(message: str, code: int = 1) -> None:
 def run(
     config: ConfigOpt = None,
     root: RootOpt = None,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Identity check, lr x batch x decay sweep, checkpoints audited as releases; prints the headline."""
-    import time
-
     from pipeline.settings import load_settings
     from pipeline.theory.config import load_config
 
@@ -46,14 +69,17 @@ def run(
         _fail(str(exc))
     settings = load_settings(root=root)
     quiet_console(verbose, local_cluster=not settings.dask_address)  # before Prefect and the workers start
+    quiet_libraries(verbose)
     from flows.console import failures_once_on_console
     from flows.theory import run_theory_lab
+    from pipeline.theory.progress import RichStepProgress, use_step_progress
 
     failures_once_on_console()  # the error: line below is the one report of a failure
 
     t = time.perf_counter()
     try:
-        summary = run_theory_lab(settings, cfg)
+        with use_step_progress(RichStepProgress()):
+            summary = run_theory_lab(settings, cfg)
     except (ValueError, FileNotFoundError, PermissionError, RuntimeError, LookupError) as exc:
         _fail(str(exc))
     summary["seconds"]["total"] = time.perf_counter() - t
@@ -110,14 +136,21 @@ def finetune(
                            ] = 1,
     trace_nouns: Annotated[int, typer.Option(help="WordNet nouns in the traced sample")] = 300,
     trace_definitions: Annotated[int, typer.Option(help="test-split definitions in the traced sample")] = 150,
-    seed: Annotated[int, typer.Option(help="training seed (batches, trace sample)")] = 0,
+    max_seq_length: Annotated[int, typer.Option(help="tokens per text while training (and in the checkpoints)")
+                              ] = 64,
+    decay_norms: Annotated[bool, typer.Option(
+        "--decay-norms", help="decay LayerNorm weights and biases too (default: exempt, as the trainer does)")
+                           ] = False,
+    shuffled_pairs: Annotated[bool, typer.Option(
+        "--shuffled-pairs", help="control: definitions matched to a seeded permutation of the lemmas")] = False,
+    seed: Annotated[int, typer.Option(help="training seed (batches, trace sample, the shuffle)")] = 0,
     run_label: Annotated[str | None, typer.Option("--run", help="run label (default MODEL-OPTIMIZER-sSEED)")] = None,
     out: Annotated[Path | None, typer.Option(help="checkpoint folder (default ./normaudit-checkpoints/RUN)")] = None,
     root: RootOpt = None,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", help="also print Prefect's per-task log lines (always kept in the run logs)")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Fine-tune a model on the reverse dictionary's train split; checkpoints, a training trace, the formula."""
+    started = time.perf_counter()
     from pydantic import ValidationError
 
     from pipeline.settings import load_settings
@@ -127,21 +160,26 @@ def finetune(
         cfg = FinetuneConfig(model=model, steps=steps, batch_size=batch_size, learning_rate=lr, optimizer=optimizer,
                              weight_decay=weight_decay, checkpoint_every=checkpoint_every, trace_every=trace_every,
                              trace_nouns=trace_nouns, trace_definitions=trace_definitions, seed=seed,
+                             max_seq_length=max_seq_length, decay_norms=decay_norms,
+                             pairs="shuffled" if shuffled_pairs else "semantic",
                              run=run_label, out=str(out) if out else None)
         label = cfg.label()
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid fine-tune options: {exc}")
     settings = load_settings(root=root)
     quiet_console(verbose, local_cluster=False)  # before Prefect starts
+    quiet_libraries(verbose)
     from flows.console import failures_once_on_console
     from flows.finetune import run_finetune
+    from pipeline.theory.progress import RichStepProgress, use_step_progress
 
     failures_once_on_console()
     try:
-        summary = run_finetune(settings, cfg)
+        with use_step_progress(RichStepProgress()):
+            summary = run_finetune(settings, cfg)
     except (ValueError, FileNotFoundError, FileExistsError, PermissionError, RuntimeError, LookupError) as exc:
         _fail(str(exc))
-    _print_finetune(summary, label)
+    _print_finetune(summary, label, time.perf_counter() - started)
 
 
 @theory_app.command("formula")
@@ -186,14 +224,23 @@ def _print_formula(scores: dict, title: str) -> None:
     console.print(table)
 
 
-def _print_finetune(summary: dict, label: str) -> None:
+def trace_share_line(seconds: dict, wall: float, tokens: int) -> str:
+    """The line that says what the trace cost: its seconds and share of the command's wall time."""
+    return (f"trace: {seconds['trace']:.0f}s of {wall:.0f}s wall ({seconds['trace'] / wall:.0%}; "
+            f"{tokens:,} padded tokens a traced step); training {seconds['train']:.0f}s, "
+            f"checkpoints {seconds['checkpoints']:.0f}s, model load {seconds['load']:.0f}s")
+
+
+def _print_finetune(summary: dict, label: str, wall: float) -> None:
     from rich.console import Console
 
     console = Console()
-    secs = ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+    decay = "every parameter" if summary["decay_norms"] else "LayerNorm weights and biases exempt"
+    pairs = ", pairs shuffled (control)" if summary["pairs"] == "shuffled" else ""
     console.print(f"[bold]{label}[/]: {summary['steps']} steps of {summary['optimizer']} (lr {summary['lr']:g}, "
-                  f"weight decay {summary['weight_decay']:g}) on {summary['split']['train_pairs']:,} train pairs; "
-                  f"loss {summary['train_loss']:.3f}; {secs}")
+                  f"weight decay {summary['weight_decay']:g}: {decay}{pairs}) on "
+                  f"{summary['split']['train_pairs']:,} train pairs; loss {summary['train_loss']:.3f}")
+    console.print(trace_share_line(summary["seconds"], wall, summary["trace_tokens"]))
     console.print(f"checkpoints: {len(summary['checkpoints'])} in {summary['folder']}")
     console.print(f"trace: {summary['trace_rows']:,} rows; query it: normaudit sql --root {summary['root']} "
                   f"\"select step, kind, avg(norm) from training_trace where run = '{label}' group by all order by 1\"")

@@ -52,33 +52,79 @@ def trace_sample(n_nouns: int, n_definitions: int, seed: int = 0) -> pl.DataFram
     ])
 
 
-def pooled_vectors(model, texts: list[str], batch_size: int = 128) -> np.ndarray:
-    """Raw pooled vectors (float32, ``[n, dim]``) of a sentence-transformers model, before ``Normalize``.
-
-    Runs the model's modules in eval mode without gradients and restores its training mode after.
-    """
-    import torch
-
+def pre_normalize_modules(model) -> list:
+    """The modules of a sentence-transformers model up to (not including) ``Normalize``: what the audit stores."""
     modules = []
     for module in model:
         if type(module).__name__ == "Normalize":  # the audit stores the vector before it, so does the trace
             break
         modules.append(module)
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    out = []
-    try:
-        with torch.no_grad():
-            for lo in range(0, len(texts), batch_size):
-                features = model.preprocess(texts[lo:lo + batch_size])
-                features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
-                for module in modules:
-                    features = module(features)
-                out.append(features["sentence_embedding"].float().cpu().numpy())
-    finally:
-        model.train(was_training)
-    return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+    return modules
+
+
+class TraceEncoder:
+    """The traced texts, tokenized once into batches of similar length, and their raw pooled vectors.
+
+    Why: the trace runs after every optimizer step, so its cost is paid ``steps`` times. The texts never
+    change during a run, so they are tokenized once (:meth:`sentence_transformers.SentenceTransformer.preprocess`,
+    as ``encode`` does), sorted by token count and cut into batches of at most ``max_tokens`` padded tokens:
+    a 300-noun, 150-definition sample then pads to ~1.1x its real tokens instead of ~2.7x (four batches of
+    128 in sample order mixed 4-token nouns with 48-token definitions). Each step is one no-grad forward per
+    batch in eval mode. Padding is masked out of attention and mean pooling, so the vectors equal those of
+    any other batching to float32 rounding (the test checks 1e-5 against the old per-128 batching and
+    against the audit's embedder on the saved checkpoints).
+    """
+
+    def __init__(self, model, texts: list[str], max_tokens: int = 2048, max_batch: int = 64) -> None:
+        import torch
+
+        self.model = model
+        self.n = len(texts)
+        self.modules = pre_normalize_modules(model)
+        device = next(model.parameters()).device
+        self.batches: list[tuple[np.ndarray, dict]] = []
+        if not texts:
+            return
+        lengths = model.preprocess(texts)["attention_mask"].sum(1).cpu().numpy()
+        order = np.argsort(-lengths, kind="stable")  # longest first: each batch pads to its first text
+        lo = 0
+        while lo < len(order):
+            width = int(lengths[order[lo]])
+            size = max(1, min(max_batch, max_tokens // max(width, 1), len(order) - lo))
+            idx = order[lo:lo + size]
+            features = model.preprocess([texts[i] for i in idx])
+            features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+            self.batches.append((idx, features))
+            lo += size
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens one trace runs through the model, padding included."""
+        return int(sum(f["attention_mask"].numel() for _, f in self.batches))
+
+    def vectors(self) -> np.ndarray:
+        """Raw pooled vectors (float32, ``[n, dim]``, in text order) of the model as it is now, before ``Normalize``.
+
+        Runs the model in eval mode without gradients and restores its training mode after.
+        """
+        import torch
+
+        out: np.ndarray | None = None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for idx, features in self.batches:
+                    feats = dict(features)  # modules add their outputs to the dict: keep the tokenized inputs
+                    for module in self.modules:
+                        feats = module(feats)
+                    vec = feats["sentence_embedding"].float().cpu().numpy()
+                    if out is None:
+                        out = np.empty((self.n, vec.shape[1]), np.float32)
+                    out[idx] = vec
+        finally:
+            self.model.train(was_training)
+        return out if out is not None else np.zeros((0, 0), np.float32)
 
 
 def displacement(before: np.ndarray, after: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
