@@ -179,6 +179,10 @@ def _print_summary(summary, timings: bool = False) -> None:
             value = "—" if row["value"] is None else f"{row['value']:+.4f}"
             table.add_row(row["probe_set"], row["property"], row["statistic"], value, str(row["n"]))
     console.print(table)
+    if res is not None and res.height:  # the intervals' method and where it switches (docs/analyses.md)
+        from pipeline.analysis.analyses import interval_note
+
+        console.print(interval_note(res), highlight=False)
     if summary.alerts is not None and summary.alerts.height:
         for msg in summary.alerts["message"].to_list():
             console.print(f"[bold red]alert[/]: {msg}")
