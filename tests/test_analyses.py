@@ -217,10 +217,10 @@ def test_results_name_the_method_of_each_interval_and_older_files_read_as_null(w
     small = run_analysis(con, "norm_vs_property", "m", "r1", "run-b", resamples=50)
     assert set(small["ci_method"]) == {"poisson bootstrap"} and set(small["n_resamples"]) == {50}
     assert interval_note(large, params) == (
-        "intervals: poisson bootstrap, 50 resamples, up to n=150 items; m-out-of-n bootstrap, m=100, rescaled by "
-        f"sqrt(m/n), above ({large.height} of {large.height} rows)")
-    assert interval_note(small) == ("intervals: poisson bootstrap, 1000 resamples, up to n=250000 items; "
-                                    "m-out-of-n bootstrap, m=65536, above (none here)")
+        "intervals: m-out-of-n bootstrap (m=100, rescaled by sqrt(m/n)) above n=150 items: "
+        f"{large.height} of {large.height} rows; poisson bootstrap, 50 resamples, below")
+    assert interval_note(small) == ("intervals: poisson bootstrap, 1000 resamples; m-out-of-n bootstrap "
+                                    "(m=65536, rescaled by sqrt(m/n)) above n=250000 items: none here")
     bins = run_analysis(con, "norm_by_bin", "m", "r1", "run-a")
     assert bins["ci_method"].is_null().all() and bins["n_resamples"].is_null().all()
 

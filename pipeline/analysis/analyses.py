@@ -84,16 +84,16 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release:
 
 def interval_note(results: pl.DataFrame, params: dict | None = None) -> str:
     """One line naming the methods behind norm_vs_property's intervals in ``results`` (rows of
-    :func:`run_analysis`) and the switch-over between them, e.g. for the audit's printed summary:
-    ``intervals: poisson bootstrap, 1000 resamples, up to n=250000 items; m-out-of-n bootstrap, m=65536,
-    above (4 of 12 rows)``. ``params``: the overrides the analyses ran with, if any."""
+    :func:`run_analysis`) and the switch-over between them, for the audit's printed summary, e.g.
+    ``intervals: m-out-of-n bootstrap (m=65536, rescaled by sqrt(m/n)) above n=250000 items: 4 of 12 rows;
+    poisson bootstrap, 1000 resamples, below``. ``params``: the overrides the analyses ran with, if any."""
     bound = {**DEFAULT_PARAMS, **(params or {})}
-    switch, m = bound["bootstrap_switch_n"], bound["bootstrap_m"]
     rows = results.filter(pl.col("analysis") == "norm_vs_property") if "analysis" in results.columns else results
     methods = rows["ci_method"].drop_nulls() if "ci_method" in rows.columns else pl.Series([], dtype=pl.String)
     switched = int((methods != POISSON).sum())
-    poisson = f"{POISSON}, {bound['resamples']} resamples, up to n={switch} items"
+    large = (f"m-out-of-n bootstrap (m={bound['bootstrap_m']}, rescaled by sqrt(m/n)) above "
+             f"n={bound['bootstrap_switch_n']} items")
+    poisson = f"{POISSON}, {bound['resamples']} resamples"
     if not switched:
-        return f"intervals: {poisson}; m-out-of-n bootstrap, m={m}, above (none here)"
-    return (f"intervals: {poisson}; m-out-of-n bootstrap, m={m}, rescaled by sqrt(m/n), above "
-            f"({switched} of {len(methods)} rows)")
+        return f"intervals: {poisson}; {large}: none here"
+    return f"intervals: {large}: {switched} of {len(methods)} rows; {poisson}, below"

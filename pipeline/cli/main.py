@@ -182,7 +182,7 @@ def _print_summary(summary, timings: bool = False) -> None:
     if res is not None and res.height:  # the intervals' method and where it switches (docs/analyses.md)
         from pipeline.analysis.analyses import interval_note
 
-        console.print(interval_note(res), highlight=False)
+        console.print(interval_note(res), highlight=False, soft_wrap=True)
     if summary.alerts is not None and summary.alerts.height:
         for msg in summary.alerts["message"].to_list():
             console.print(f"[bold red]alert[/]: {msg}")
