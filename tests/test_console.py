@@ -83,7 +83,7 @@ def test_a_nan_weight_failure_prints_one_error_line_and_no_traceback(tmp_path, n
 
 # What the CLI sets for its run; a value in the test's own environment would be kept and change what is tested.
 _CONSOLE_SETTINGS = ("PREFECT_API_URL", "PREFECT_UI_URL", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL",
-                     "PREFECT_LOGGING_LEVEL", "DASK_DISTRIBUTED__DASHBOARD__LINK")
+                     "PREFECT_LOGGING_LEVEL", "DASK_DISTRIBUTED__DASHBOARD__LINK", "DASK_DISTRIBUTED__LOGGING")
 _INFO_LINE = re.compile(r"\|\s*INFO\s*\|")
 _WORDS = ["dog", "cat", "tree", "river", "stone", "bread", "horse", "bird", "apple", "table", "chair", "window"]
 

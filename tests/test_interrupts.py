@@ -30,6 +30,7 @@ from pipeline.storage.verify import verify_root
 BIN = Path(sys.executable).parent
 N_ITEMS, SHARD = 400, 8  # 50 shards: embedding lasts long enough to be interrupted mid-way
 LIMIT_S = 10.0
+OUR_LINES = ("note:", "warning:", "error:", "stopping:")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,13 @@ def gone_within(pids: list[int], seconds: float) -> list[int]:
         time.sleep(0.1)
 
 
+def assert_only_our_lines(stderr: str) -> None:
+    """Nothing but the CLI's own lines: no library's log line or warning (Dask's cancelled instructions, the
+    resource tracker's leaked semaphore), however the interrupt caught the workers."""
+    foreign = [line for line in stderr.splitlines() if line.strip() and not line.startswith(OUR_LINES)]
+    assert foreign == [], foreign
+
+
 def the_run(store: Store) -> tuple[str, str, str]:
     (row,) = open_catalog(store).execute("select run_id, status, message from runs").fetchall()
     return row
@@ -134,6 +142,7 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
     assert len(errors) == 1 and "is recorded as interrupted" in errors[0], errors
     assert "Traceback" not in stderr + out.read_text()
     assert gone_within(children, LIMIT_S - took + 1) == []  # the API and the workers stopped with it
+    assert_only_our_lines(err.read_text())  # read again: the resource tracker warns after the CLI exits
 
     run_id, status, message = the_run(store)
     assert status == "interrupted" and signal.Signals(sig).name in message
@@ -316,6 +325,7 @@ def test_ctrl_c_at_start_up_exits_130_within_10s_and_leaves_nothing(tmp_path, ti
     while (left := session_processes(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == [], [p.cmdline() for p in left]  # no API, no worker, no nanny restart survives it
+    assert_only_our_lines(err.read_text())
 
     store = Store(str(root))
     assert not store.exists("staging") or store.glob("staging/*") == []
@@ -328,3 +338,35 @@ def test_ctrl_c_at_start_up_exits_130_within_10s_and_leaves_nothing(tmp_path, ti
         assert "nothing was" in errors[0], errors
         assert phase != "run-registered"
         assert not store.exists("runs/running") or store.glob("runs/running/*") == []
+
+
+_WORKER_CLOSED_MID_TASK = """
+import logging, sys, time
+from flows.console import quiet_console
+if __name__ == "__main__":
+    if sys.argv[1] == "quiet":
+        quiet_console()  # as the CLI does before Dask is imported
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1)
+        running = client.submit(time.sleep, 60)
+        while not any(client.processing().values()):
+            time.sleep(0.05)
+        time.sleep(1)  # it runs; leaving the block closes the worker under it
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_closed_mid_task_logs_nothing_under_the_quiet_console(tmp_path):
+    """What an interrupt does to a local worker: closed while its task runs. Dask then logs the cancelled
+    instruction at WARNING (the control shows it does); the CLI's quiet console keeps that off the terminal."""
+    script = tmp_path / "close_mid_task.py"
+    script.write_text(_WORKER_CLOSED_MID_TASK)
+    env = {k: v for k, v in os.environ.items() if k not in ("DASK_DISTRIBUTED__LOGGING", "PYTHONWARNINGS")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    runs = {mode: subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True,
+                                 timeout=120) for mode in ("plain", "quiet")}
+    assert all(r.returncode == 0 for r in runs.values()), {m: r.stderr[-2000:] for m, r in runs.items()}
+    assert "distributed.worker.state_machine - WARNING" in runs["plain"].stderr, runs["plain"].stderr[-2000:]
+    assert "distributed." not in runs["quiet"].stderr, runs["quiet"].stderr[-2000:]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -111,3 +113,38 @@ def test_serve_audits_new_checkpoint_and_alerts(tmp_path, prefect_api):
                              "where analysis = 'norm_vs_property'").fetchall()[0]
     assert n > 0 and with_ci == n
     assert not any(a[2].startswith("bin") for a in alerts)  # descriptive rows are not tracked
+
+
+_INFO_LINE = re.compile(r"\|\s*INFO\s*\|")
+
+
+def test_serve_once_prints_our_lines_and_no_prefect_info_line_unless_verbose(tmp_path):
+    """Two checkpoints (audited, then compared with the previous) through the installed CLI, no PREFECT_API_URL:
+    our own lines only; --verbose brings Prefect's per-task lines back."""
+    ckpts = tmp_path / "ckpts"
+    build_tiny_model(ckpts / "step-1", seed=0)
+    build_tiny_model(ckpts / "step-2", seed=1)
+    probes = tmp_path / "words.csv"
+    pl.DataFrame({"item_id": [f"w{i}" for i in range(40)],
+                  "text": [f"tree river stone {i}" if i % 2 else f"dog {i}" for i in range(40)],
+                  "zipf": [1.0 + (i % 7) for i in range(40)]}).write_csv(probes)
+    config = tmp_path / "audits.yaml"
+    config.write_text(yaml.safe_dump({"root": str(tmp_path / "root"), "thresholds": {"default": 1e9},
+                                      "watch": [{"name": "tiny", "checkpoints": str(ckpts), "probes": [str(probes)]}]}))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PREFECT_API_URL", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "DASK_DISTRIBUTED__LOGGING")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    cli = [str(Path(sys.executable).parent / "normaudit"), "serve", "--config", str(config), "--once"]
+    out = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    console = out.stdout + out.stderr
+    assert "tiny: auditing release step-1 (1 of 2)" in out.stdout and "tiny: auditing release step-2 (2 of 2)" \
+        in out.stdout
+    assert "tiny: audited 2 new release(s): step-1, step-2" in out.stdout
+    assert not _INFO_LINE.search(console), console[-3000:]
+    for noise in ("Finished in state", "prefect.", "distributed.", "View at"):
+        assert noise not in console, noise
+    assert out.stderr == "", out.stderr[-3000:]  # no warning either: nothing went wrong
+    again = subprocess.run([*cli, "--verbose"], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "tiny: audited 0 new release(s)" in again.stdout, again.stderr[-3000:]
+    assert _INFO_LINE.search(again.stdout + again.stderr)  # the flow's own lines, as Prefect logs them

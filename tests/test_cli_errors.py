@@ -1,0 +1,132 @@
+"""One line for every failure: an exception no command anticipated (a library's) ends every command with one
+``error:`` line and exit 1, its traceback in the log file the line names; our own errors and usage errors
+are unchanged and write no log. The installed CLI in a subprocess, no PREFECT_API_URL; every input fails
+within seconds, before Prefect, Dask or a model start."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+BIN = Path(sys.executable).parent
+LOG_NAMED = re.compile(r"the traceback is in (\S+\.log)")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
+    """Inputs a library cannot read: a run record, a manifest and a stored probe set that are not what their
+    names say, a tokenizer.json of the wrong shape, WordNet data that is not UTF-8, a file where a folder
+    belongs."""
+    base = tmp_path_factory.mktemp("cli-errors")
+    paths = {name: base / name for name in ("empty", "bad-runs", "bad-manifest", "bad-probes", "wordnet")}
+    for path in paths.values():
+        path.mkdir()
+    (paths["bad-runs"] / "runs").mkdir()
+    (paths["bad-runs"] / "runs" / "20240101T000000-aaaaaaaa.parquet").write_bytes(b"not a parquet file")
+    manifest = paths["bad-manifest"] / "embeddings" / "model=m" / "release=r" / "probe_set=p" / "_manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{")
+    items = paths["bad-probes"] / "probes" / "probe_set=p" / "items.parquet"
+    items.parent.mkdir(parents=True)
+    items.write_bytes(b"garbage")
+    (paths["wordnet"] / "cntlist.rev").write_bytes(b"\xff\xfe not utf-8\n")
+    paths["model"] = base / "tiny-bad-tokenizer"
+    shutil.copytree(tiny_model_dir, paths["model"])
+    (paths["model"] / "tokenizer.json").write_text('{"model": {"type": "WordPiece", "unk_token": "[UNK]"}}')
+    paths["words"] = base / "words.csv"
+    paths["words"].write_text("item_id,text\na,dog\nb,cat\nc,tree\n")
+    paths["checkpoints"] = base / "checkpoints"
+    paths["checkpoints"].mkdir()
+    paths["audits"] = base / "audits.yaml"
+    paths["audits"].write_text(yaml.safe_dump({"watch": [{"name": "m", "checkpoints": str(paths["checkpoints"]),
+                                                          "probes": [str(paths["words"])]}]}))
+    return paths
+
+
+def _run(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "NORMAUDIT_N_WORKERS")}
+    clean.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PREFECT_HOME=str(tmp_path / "prefect-home"), **env)
+    return subprocess.run([str(BIN / "normaudit"), *args], env=clean, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+
+
+BAD_SETTING, INVALID = {"NORMAUDIT_N_WORKERS": "two"}, "pydantic_core.ValidationError"
+# (command, its arguments built from the inputs, extra environment, the exception the line names)
+CASES = [
+    ("sql", lambda p: ["--root", p["empty"], "--format", "csv", "select * from duckdb_settings()"], {},
+     "polars.ComputeError"),
+    ("audit", lambda p: ["--model", p["model"], "--probes", p["words"], "--root", p["empty"]], {}, "Exception"),
+    ("compare", lambda p: ["--model", "m", "--root", p["bad-runs"]], {}, "duckdb.InvalidInputException"),
+    ("report", lambda p: ["--model", "m", "--root", p["bad-runs"]], {}, "duckdb.InvalidInputException"),
+    ("verify", lambda p: ["--root", p["bad-manifest"]], {}, "json.JSONDecodeError"),
+    ("probes list", lambda p: ["--root", p["bad-probes"]], {}, "pyarrow.ArrowInvalid"),
+    ("probes add", lambda p: ["x", "--from", p["words"], "--root", p["words"]], {}, "NotADirectoryError"),
+    ("probes build-wordnet", lambda p: ["--wordnet-dir", p["wordnet"], "--output", p["empty"] / "n.parquet",
+                                        "--pairs-output", p["empty"] / "p.parquet"], {}, "UnicodeDecodeError"),
+    # a setting pydantic cannot parse, read before anything starts
+    ("serve", lambda p: ["--config", p["audits"], "--once"], BAD_SETTING, INVALID),
+    ("theory run", lambda p: ["--root", p["empty"]], BAD_SETTING, INVALID),
+    ("theory finetune", lambda p: ["--root", p["empty"]], BAD_SETTING, INVALID),
+    ("theory formula", lambda p: ["--run", "x", "--root", p["empty"]], BAD_SETTING, INVALID),
+]
+
+
+def test_every_command_is_covered():
+    """A command added to the CLI must be added to CASES."""
+    from typer.main import get_command
+
+    from pipeline.cli.main import app
+
+    def leaves(group, prefix=()):
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from leaves(command, (*prefix, name))
+            else:
+                yield " ".join((*prefix, name))
+
+    assert set(leaves(get_command(app))) == {case[0] for case in CASES}
+
+
+@pytest.mark.parametrize("command, args, env, raised", CASES, ids=[case[0] for case in CASES])
+def test_a_library_error_is_one_line_and_its_traceback_is_in_the_named_log(tmp_path, inputs, command, args, env,
+                                                                           raised):
+    out = _run(tmp_path, [*command.split(), *map(str, args(inputs))], **env)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr[-4000:]
+    assert "error:" not in out.stdout and "Traceback" not in out.stdout + out.stderr
+    line = errors[0]
+    assert line.startswith(f"error: normaudit {command} failed on ") and f": {raised}" in line, line
+    log = Path(LOG_NAMED.search(line).group(1))
+    assert log.parent == tmp_path / "cache" / "normaudit" / "logs"  # $XDG_CACHE_HOME, as the models' cache
+    text = log.read_text()
+    assert f"command: normaudit {command} " in text
+    _, traceback = text.split("Traceback (most recent call last):", 1)
+    assert raised.split(".")[-1] + ":" in traceback
+
+
+def test_verbose_prints_the_traceback_above_the_one_line(tmp_path, inputs):
+    out = _run(tmp_path, ["sql", "--verbose", "--root", str(inputs["empty"]), "--format", "csv",
+                          "select * from duckdb_settings()"])
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    assert lines[-1].startswith("error: normaudit sql failed") and sum(ln.startswith("error:") for ln in lines) == 1
+    assert "Traceback (most recent call last):" in out.stderr and "polars.exceptions.ComputeError:" in out.stderr
+    assert Path(LOG_NAMED.search(lines[-1]).group(1)).is_file()
+
+
+def test_our_own_errors_and_usage_errors_are_unchanged_and_write_no_log(tmp_path, inputs):
+    refused = _run(tmp_path, ["sql", "--root", str(inputs["empty"]), "delete from runs"])
+    assert refused.returncode == 2 and refused.stderr.startswith("error: refused:"), refused.stderr
+    missing = _run(tmp_path, ["compare", "--model", "nope", "--root", str(inputs["empty"])])
+    assert missing.returncode == 1 and missing.stderr.startswith("error: no finished audit of model 'nope'")
+    usage = _run(tmp_path, ["sql", "--no-such-option", "select 1"])
+    assert usage.returncode == 2 and "No such option" in usage.stderr
+    assert not (tmp_path / "cache" / "normaudit" / "logs").exists()
