@@ -180,22 +180,23 @@ class PlainEncode:
     """
 
     def __init__(self, code: Path, model: str, workers: int, threads: int):
+        self.code, self.model, self.workers, self.threads = code, model, workers, threads
+
+    def seconds(self, probes: str, lo: int, hi: int) -> float:
+        """Seconds to embed rows ``lo:hi``; the processes start (and warm up) untimed and end after, so they
+        hold no memory while the audit runs."""
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_plain_init, initargs=(str(code), model, threads))
-        list(self.pool.map(time.sleep, [0.0] * workers))  # every process up and warm before the first timing
-
-    def seconds(self, probes: str, lo: int, hi: int) -> float:
-        t = time.perf_counter()
-        bounds = [(a, min(a + PLAIN_SLICE, hi)) for a in range(lo, hi, PLAIN_SLICE)]
-        done = sum(self.pool.map(_plain_slice, [probes] * len(bounds), *zip(*bounds, strict=True)))
+        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_plain_init,
+                                 initargs=(str(self.code), self.model, self.threads)) as pool:
+            list(pool.map(time.sleep, [0.0] * self.workers))  # every process up and warm before the clock starts
+            t = time.perf_counter()
+            bounds = [(a, min(a + PLAIN_SLICE, hi)) for a in range(lo, hi, PLAIN_SLICE)]
+            done = sum(pool.map(_plain_slice, [probes] * len(bounds), *zip(*bounds, strict=True)))
+            spent = time.perf_counter() - t
         assert done == hi - lo, f"plain encode embedded {done} texts of {hi - lo}"
-        return time.perf_counter() - t
-
-    def close(self) -> None:
-        self.pool.shutdown()
+        return spent
 
 
 class Watch:
@@ -403,10 +404,7 @@ def main() -> None:
           f"{args.workers} local workers of {threads} torch thread(s); plain encode in {args.workers} processes of "
           f"{threads} thread(s)")
     plain = PlainEncode(base, tiny, args.workers, threads)
-    try:
-        results = [one_size(args, env, tiny, plain, work, n) for n in args.sizes]
-    finally:
-        plain.close()
+    results = [one_size(args, env, tiny, plain, work, n) for n in args.sizes]
     summary(results)
     if not args.keep:
         import shutil
