@@ -25,7 +25,15 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
-from flows.runners import InFlightWindow, api_lost, dask_runner, early_local_cluster, gpu_annotation, prefect_api
+from flows.runners import (
+    InFlightWindow,
+    api_lost,
+    dask_runner,
+    early_local_cluster,
+    gpu_annotation,
+    prefect_api,
+    workers_can_read,
+)
 from flows.timings import Timing, recorded_timings
 from flows.window import completed_in_window
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
@@ -63,6 +71,7 @@ run_analyses = _task(steps.run_analyses)
 compare_with_previous = _task(steps.compare_with_previous)
 clean_staging = _task(steps.clean_staging)
 close_release = _task(steps.close_release)
+build_data_docs = _task(steps.build_data_docs)
 render_report = _task(steps.render_report)
 render_models_page = _task(steps.render_models_page)
 
@@ -98,7 +107,10 @@ def embed_probes(ctx: AuditContext, probes: list[str], limit: int | None = None,
         with dask.annotate(priority=-1):
             token_norms = compute_token_norms.submit(ctx)
         for spec in probes:
-            plan = prepare_probes.submit(ctx, spec, limit, replace).result()  # on a worker: the items stay there
+            if workers_can_read(spec, ctx.settings):  # on a worker: the items stay there
+                plan = prepare_probes.submit(ctx, spec, limit, replace).result()
+            else:  # a file of this machine and a remote cluster: loaded here (an s3:// URL keeps it off the flow)
+                plan = prepare_probes(ctx, spec, limit, replace)
             for warning in plan.warnings:
                 log.warning(warning)
             out["skipped"][plan.name] = plan.skipped
@@ -149,6 +161,28 @@ def _commit_finished(ctx: AuditContext, template, batches: BatchCommitter) -> No
                                  len(batches.pending), type(exc).__name__, exc)
 
 
+@flow(name="analyse_release")
+def analyse_release(ctx: AuditContext, thresholds: AlertThresholds) -> tuple:
+    """The SQL analyses, then the comparison with the previous release, on a Dask worker: they read every item,
+    and the flow process, which every audit passes through, must not grow with the items.
+
+    Returns ``(results, previous release or None, alerts)``.
+    """
+    results = run_analyses.submit(ctx).result()
+    previous, alerts = compare_with_previous.submit(ctx, thresholds).result()
+    return results, previous, alerts
+
+
+@flow(name="render_pages")
+def render_pages(ctx: AuditContext) -> str:
+    """The release's report, the models page and the run's Data Docs, side by side on Dask workers (the plots read
+    every item's norm, the docs render a page per part); returns the report's URL."""
+    report, models, docs = render_report.submit(ctx), render_models_page.submit(ctx), build_data_docs.submit(ctx)
+    models.result()
+    docs.result()
+    return report.result()
+
+
 def _shard_result(fut, shard):
     """The written part of a shard; a shard no worker could take (Dask's no-workers-timeout) is named."""
     try:
@@ -190,8 +224,22 @@ def audit_release(
     However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its
     lease is released, its end is recorded and its uncommitted staging is removed, and no
     second signal can cut that short (:func:`flows.interrupts.shielded`).
+
+    The embedding, the analyses and the pages run on one Dask cluster: ``settings.dask_address``, else a local
+    cluster started here for this audit (:func:`flows.audit.run_audit` starts it earlier, beside the API).
     """
     settings = flow_settings(settings)
+    if not settings.dask_address:
+        with early_local_cluster(settings) as scheduler_address:
+            settings = settings.model_copy(update={"dask_address": scheduler_address()})
+            return _audit(model, probes, release, limit, settings, name, thresholds, replace, run_id)
+    return _audit(model, probes, release, limit, settings, name, thresholds, replace, run_id)
+
+
+def _audit(model: str, probes: list[str], release: str | None, limit: int | None, settings: Settings,
+           name: str | None, thresholds: AlertThresholds | None, replace: bool, run_id: str | None) -> AuditSummary:
+    """The body of :func:`audit_release`, on the cluster at ``settings.dask_address``."""
+    on_cluster = {"task_runner": dask_runner(settings)}
     open_store(settings).check_writable()
     resolved = resolve_model(model)
     ctx = AuditContext(settings, name or resolved.spec.name, release or default_release(resolved.fingerprint,
@@ -210,12 +258,12 @@ def audit_release(
         for abandoned in sweep_abandoned_runs(ctx.store):  # runs a SIGKILL or a crash ended unrecorded
             get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
         open_release(ctx)  # one audit per release at a time
-        embedded = embed_probes.with_options(task_runner=dask_runner(settings))(ctx, probes, limit, replace)
+        embedded = embed_probes.with_options(**on_cluster)(ctx, probes, limit, replace)
         summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
         summary.reused_shards = embedded["reused"]
         # tasks rather than subflows: a subflow costs about a second of API calls
-        summary.results = run_analyses(ctx)
-        summary.previous_release, summary.alerts = compare_with_previous(ctx, thresholds or AlertThresholds())
+        summary.results, summary.previous_release, summary.alerts = analyse_release.with_options(**on_cluster)(
+            ctx, thresholds or AlertThresholds())
         run.status = "alerted" if summary.alerts.height else "completed"
         clean_staging(ctx)
     except BaseException as exc:
@@ -229,8 +277,7 @@ def audit_release(
     finally:
         with shielded():  # a second Ctrl-C waits for this: the lease and the run's end are always recorded
             _record_end(ctx, run)
-    summary.report = render_report(ctx)  # after the run record: it shows it
-    render_models_page(ctx)  # every model and release side by side, this one included
+    summary.report = render_pages.with_options(**on_cluster)(ctx)  # after the run record: the report shows it
     if summary.alerts.height:
         exc = ReleaseRegression(
             f"{summary.alerts.height} statistic(s) of {ctx.model} moved past their threshold since release "
@@ -259,7 +306,8 @@ def _record_end(ctx: AuditContext, run: RunRecord) -> None:
     step = (lambda t: t.fn) if interrupted else (lambda t: t)
     if run.status in (FAILED, INTERRUPTED):  # parts never committed are never used: a rerun embeds them again
         step(clean_staging)(ctx)
-    step(close_release)(ctx, data_docs=not interrupted)
+    # a failed run's Data Docs are built here (they show what failed); a finished run's on a worker, with the pages
+    step(close_release)(ctx, data_docs=run.status == FAILED)
     run.finished_at = dt.datetime.now(dt.UTC)
     if run.status not in (FAILED, INTERRUPTED):
         run.timings = _task_seconds()

@@ -10,12 +10,32 @@ CLI stops them once the run has recorded its end; if the CLI itself dies, ``dist
 
 A worker ends as any Python process does, exit handlers included: its exit status is its own.
 Workers of an external cluster do not load this module.
+
+A failure once, here too: a shard fails on the worker that embeds it, and Prefect's task engine there logs the
+failure with its traceback to the worker's stderr, which is the CLI's terminal. The CLI's own filter
+(:func:`flows.console.failures_once_on_console`) is installed on the worker's console handlers as soon as
+Prefect, which sets its logging up lazily, logs its first run record; the run logs keep the records in full.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 
+from flows.console import RUN_LOGGERS, failures_once_on_console
+
+
+class _FilterFailuresOnceSetUp(logging.Filter):
+    """On a run logger: install the console's failure filter when the first record is logged (Prefect's handlers
+    exist by then), before the record reaches those handlers; drops nothing itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failures_once_on_console()
+        return True
+
+
 if threading.current_thread() is threading.main_thread():  # a preload is imported on the worker's main thread
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in RUN_LOGGERS:
+        logging.getLogger(name).addFilter(_FilterFailuresOnceSetUp())

@@ -72,6 +72,19 @@ def _runner_has_gpus() -> bool:
     return any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
 
 
+def workers_can_read(spec: str, settings: Settings) -> bool:
+    """Whether the Dask workers can read probe set ``spec`` as this process does: anything but a local file, or a
+    local file with the cluster on this machine (a scheduler on loopback, as the local cluster's is)."""
+    from urllib.parse import urlparse
+
+    from pipeline.probes import brings_file
+
+    if not brings_file(spec) or "://" in spec:
+        return True
+    host = urlparse(settings.dask_address or "tcp://127.0.0.1").hostname or ""
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
 def cluster_threads() -> int:
     """Threads of the current flow's Dask workers together (1 outside a Dask task runner)."""
     from prefect.context import FlowRunContext

@@ -158,8 +158,8 @@ def test_cli_timings_come_from_prefects_records_of_the_run(tmp_path, tiny_model_
     assert {"api_start", "cluster_start_after_api"} <= set(rows), out.stdout  # measured before the flow
     # what Prefect recorded: 60 items in shards of 16 are 4 embed_shard task runs, committed in 1 to 4 batches
     assert rows["embed_shard"][0] == 4 and 1 <= rows["commit_batch"][0] <= 4, out.stdout
-    for step in ("flow audit_release", "embed_probes", "prepare_probes", "embed_shard", "commit_batch",
-                 "run_analyses", "render_report"):
+    for step in ("flow audit_release", "embed_probes", "prepare_probes", "embed_shard", "run_analyses",
+                 "render_report"):  # commit_batch is one manifest write: it may round to 0.0 s
         assert rows[step][1] > 0, (step, out.stdout)
     # the run record keeps the per-task seconds (the temporary API that held them is gone)
     recorded = open_catalog(open_store(load_settings(root=root))).execute("select timings from runs").fetchall()

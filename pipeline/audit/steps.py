@@ -336,6 +336,20 @@ def open_release(ctx: AuditContext) -> None:
     gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id)
 
 
+def build_data_docs(ctx: AuditContext) -> str | None:
+    """The run's GX Data Docs (a page per validated part), wherever this runs; never fails the audit (logged)."""
+    import logging
+
+    from pipeline.quality.datadocs import build_data_docs as build
+
+    try:
+        return build(ctx.store, ctx.run_id)
+    except Exception as exc:  # noqa: BLE001 - the audit is committed and recorded: the docs are a view of it
+        logging.getLogger(__name__).warning("Data Docs for run %s were not built: %s: %s", ctx.run_id,
+                                            type(exc).__name__, exc)
+        return None
+
+
 def close_release(ctx: AuditContext, data_docs: bool = True) -> str | None:
     """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
     return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, data_docs)
