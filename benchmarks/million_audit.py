@@ -1,6 +1,7 @@
 """A million-item audit end to end with the installed CLI, against plain encode of the same texts.
 
 Run:  python benchmarks/million_audit.py [--n 1000000] [--workers 1] [--no-kill | --kill-only] [--keep DIR]
+                                       [--model M] [--probes FILE.parquet]
 
 1. Builds the probe set: wordfreq's English words x the sentence templates (pipeline/probes/scale.py),
    written as a Parquet probe file (``wordfreq-sentences.parquet``: the set is named after the file).
@@ -206,8 +207,10 @@ def kill_and_resume(args, probes: str, root: str, work: Path, n: int, shards: in
     wall, out, _, rc = run_audit(args, probes, root, work / "resumed.log")
     timings = parse_timings(out)
     embedded_shards = timings.get("embed_shard", (0, 0.0))[0]
-    m = re.search(r"embedded ([\d,]+) items \((\d+) shards already committed\)", out)
+    m = re.search(r"embedded ([\d,]+) items \((\d+) shards already committed(?:; (\d+) written by an interrupted "
+                  r"run, checked and reused)?\)", out)
     skipped = int(m.group(2)) if m else -1
+    print(f"rerun reused {int(m.group(3) or 0) if m else 0} part(s) written but not committed before the kill")
     print(f"rerun: exit {rc}, {wall:.0f} s; embed_shard ran {embedded_shards} times, {skipped} shards skipped "
           f"(committed before the kill: {parts}; expected to embed {shards - parts})")
     ok &= rc == 0 and embedded_shards == shards - parts and skipped == parts
@@ -216,6 +219,10 @@ def kill_and_resume(args, probes: str, root: str, work: Path, n: int, shards: in
     dups = row["n"] - row["ids"]
     print(f"embeddings: {row['n']:,} rows, {dups} duplicate (probe_set, item_id)")
     ok &= row["n"] == n and dups == 0
+    check = subprocess.run([CLI, "verify", "--root", root], capture_output=True, text=True, env=cli_env())
+    orphans = check.stderr.count("orphan: ")
+    print(f"normaudit verify: exit {check.returncode}, {orphans} orphan part(s) left")
+    ok &= check.returncode == 0 and orphans == 0
     print("kill and resume:", "PASS" if ok else "FAIL")
     return ok
 
@@ -266,16 +273,22 @@ def main() -> None:
     ap.add_argument("--kill-only", action="store_true",
                     help="only the kill-and-resume run (no plain encode, no uninterrupted audit)")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
+    ap.add_argument("--probes", help="a Parquet probe file to audit instead of building --n sentences")
     args = ap.parse_args()
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="normaudit-million-"))
     work.mkdir(parents=True, exist_ok=True)
-    probes = str(work / f"{SET}.parquet")
     t = time.perf_counter()
-    write_probe_file(probes, args.n)
     import polars as pl
 
-    texts = pl.read_parquet(probes, columns=["text"])["text"].to_list()
+    global SET
+    if args.probes:  # e.g. benchmarks/pipeline_ceiling.py's 5 M sentences: the set is named after the file
+        probes, SET = args.probes, Path(args.probes).stem
+        args.n = pl.scan_parquet(probes).select(pl.len()).collect().item()
+    else:
+        probes = str(work / f"{SET}.parquet")
+        write_probe_file(probes, args.n)
+    texts = [] if args.kill_only else pl.read_parquet(probes, columns=["text"])["text"].to_list()
     size = default_shard_size(args.n)
     shards = math.ceil(args.n / size)
     threads = max(1, (os.cpu_count() or 1) // args.workers) * args.workers
