@@ -72,11 +72,15 @@ class RichProgress(LogProgress):
                              MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                              transient=transient)
         self._delay_s = delay_s
+        # a transient bar leaves nothing behind: in a file or a pipe (no terminal) it is not drawn at all
+        self._drawn = not transient or self._bar.console.is_terminal
         self._shown: threading.Timer | None = None
         self._task = None
         self._steps = None
 
     def _show(self) -> None:
+        if not self._drawn:
+            return
         if self._delay_s <= 0:
             self._bar.start()
         elif self._shown is None:  # the display starts later, from a timer thread (rich's Progress is thread-safe)
@@ -89,7 +93,8 @@ class RichProgress(LogProgress):
             self._shown.cancel()
             self._shown.join()  # a start under way completes first, so the stop below stops it
             self._shown = None
-        self._bar.stop()
+        if self._bar.live.is_started:  # rich's stop of a bar never started still prints an empty line in a file
+            self._bar.stop()
 
     def start(self, label: str, shards: int, items: int) -> None:
         super().start(label, shards, items)
