@@ -64,13 +64,13 @@ class RichProgress(LogProgress):
 
     ``transient``: the bars vanish when the work ends (a command whose result follows them, such as
     ``compare``); else they stay above the summary. ``delay_s``: show the bars only once the work has run
-    that long, so quick work prints none.
+    that long, so quick work prints none. ``console``: where to draw (default: rich's, on stdout).
     """
 
-    def __init__(self, transient: bool = False, delay_s: float = 0.0):
+    def __init__(self, transient: bool = False, delay_s: float = 0.0, console=None):
         self._bar = Progress(SpinnerColumn(finished_text=" "), TextColumn("{task.description}"), BarColumn(),
                              MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                             transient=transient)
+                             transient=transient, console=console)
         self._delay_s = delay_s
         # a transient bar leaves nothing behind: in a file or a pipe (no terminal) it is not drawn at all
         self._drawn = not transient or self._bar.console.is_terminal

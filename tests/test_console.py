@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +157,65 @@ def test_a_quiet_console_leaves_the_per_task_lines_in_the_prefect_run_logs(
     names = {run.name.rsplit("-", 1)[0] for run in runs}
     assert {"register_run", "open_release", "embed_shard", "render_report"} <= names, names
     assert any("abandoned run old-run" in log.message and log.level == logging.WARNING for log in logs)
+
+
+def _steps(progress, seconds: float) -> None:
+    from pipeline.progress import use_progress
+
+    with use_progress(progress):
+        progress.begin_steps("comparing m@v2 with m@v1", 3)
+        for name in ("norm_vs_property of m@v1", "norm_vs_property of m@v2", "intervals"):
+            progress.step(name)
+            time.sleep(seconds / 3)
+        progress.end_steps()
+
+
+def test_a_transient_steps_bar_shows_only_once_the_work_runs_past_its_delay():
+    """compare's bar (RichProgress(transient=True, delay_s=...)): drawn on a terminal once the work has run
+    past the delay, naming the step under way; nothing for quick work, nothing in a file or pipe."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.progress import RichProgress
+
+    def drawn(seconds: float, delay_s: float, terminal: bool = True) -> str:
+        out = io.StringIO()
+        _steps(RichProgress(transient=True, delay_s=delay_s,
+                            console=Console(file=out, force_terminal=terminal, width=120)), seconds)
+        return out.getvalue()
+
+    slow = drawn(1.5, 0.1)
+    assert "comparing m@v2 with m@v1" in slow and "norm_vs_property of m@v2" in slow and "2/3" in slow
+    assert drawn(0.0, 60.0) == ""  # ended long before its delay: never drawn
+    assert drawn(1.5, 0.1, terminal=False) == ""  # no terminal: nothing, not even an empty line
+
+
+@pytest.mark.slow
+def test_compare_in_a_pipe_prints_its_tables_and_nothing_else(tmp_path):
+    """Piped (no terminal), compare's stdout holds the comparison and no bar; stderr is empty: no library line."""
+    from pipeline.audit.context import AuditContext
+    from pipeline.audit.steps import run_analyses
+    from pipeline.settings import load_settings
+    from pipeline.storage.runs import RunRecord, write_run
+    from pipeline.storage.store import Store
+    from tests.helpers import store_synthetic, word_probe_set
+
+    store, rng = Store(str(tmp_path / "root")), np.random.default_rng(0)
+    props = {"zipf": rng.uniform(1, 7, 500), "min_depth": rng.integers(1, 12, 500).astype(float)}
+    for day, release in ((1, "v1"), (2, "v2")):
+        store_synthetic(store, "m", release, word_probe_set("nouns", 500, props), 1 + rng.normal(0, 0.1, 500))
+        run = RunRecord(run_id=f"2024010{day}T000000-{release}", model="m", release=release,
+                        fingerprint=str(day) * 64, probe_set="nouns", params={},
+                        started_at=dt.datetime(2024, 1, day, tzinfo=dt.UTC))
+        write_run(store, run)
+        run_analyses(AuditContext(load_settings(root=store.root_url), "m", release, run.run_id, resolved=None))
+        run.status = "completed"
+        write_run(store, run)
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    out = subprocess.run([str(BIN / "normaudit"), "compare", "--model", "m", "--release", "v2", "--root",
+                          store.root_url], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr == ""
+    assert out.stdout.startswith("norm_vs_property: m@v2 against m@v1") and "page: " in out.stdout
+    assert "comparing m@v2" not in out.stdout and "━━━ " not in out.stdout
