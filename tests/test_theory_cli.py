@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,11 @@ def test_theory_run_without_an_api_url_audits_its_checkpoints_and_exits_0(tmp_pa
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "ConnectError" not in out.stderr
     assert "Future exception was never retrieved" not in out.stderr
+    # the bar's last states (runs of the sweep, then audited checkpoints) and nothing from the libraries
+    assert re.search(r"theory lab theory-cli-\w+ .* 1/1 runs .*left", out.stdout), out.stdout
+    assert re.search(r"auditing theory-cli-\w+ .* 2/2 checkpoints .*left", out.stdout), out.stdout
+    for chatter in ("Loading weights", "Writing model shards", "it/s", "INFO"):
+        assert chatter not in out.stdout + out.stderr, chatter
     (folder,) = (root / "theory").iterdir()
     checkpoints = pl.read_parquet(folder / "checkpoints.parquet")
     assert sorted(set(checkpoints["release"])) == ["step-000000", "step-000100"]

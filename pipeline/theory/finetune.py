@@ -246,7 +246,9 @@ def finetune(settings: Settings, store: Store, cfg: FinetuneConfig, run_id: str)
         args = SentenceTransformerTrainingArguments(
             output_dir=scratch, max_steps=cfg.steps, per_device_train_batch_size=cfg.batch_size,
             learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
-            optim="adamw_torch" if cfg.optimizer == "adamw" else "sgd",
+            # fused: the same AdamW update in one kernel per step (on 22.7M parameters the per-tensor loop
+            # took 0.15 s of CPU a step, a fifth of a small batch's step; fused 0.025 s)
+            optim="adamw_torch_fused" if cfg.optimizer == "adamw" else "sgd",
             lr_scheduler_type="constant", warmup_steps=0, seed=cfg.seed, data_seed=cfg.seed,
             dataloader_drop_last=True, batch_sampler="no_duplicates",  # a duplicate would be its own negative
             save_strategy="no", eval_strategy="no", report_to="none",
