@@ -129,9 +129,10 @@ def write_log(command: str, args: list[str], exc: BaseException) -> Path | None:
             f"command: {shlex.join([*command.split(), *args])}\n"
             f"cwd: {os.getcwd()}\n"
             f"normaudit {_version('normaudit')}, python {platform.python_version()}, {platform.platform()}\n"
-            f"{_library(exc)}\n\n" + "".join(traceback.format_exception(exc)))
-    for folder in (log_dir(), Path(tempfile.gettempdir()) / "normaudit-logs"):
-        try:
+            f"raised by {_library(exc)}\n\n" + "".join(traceback.format_exception(exc)))
+    for folder in (log_dir, lambda: Path(tempfile.gettempdir()) / "normaudit-logs"):
+        try:  # the report must not fail on a second problem (an unreadable setting, a full disk)
+            folder = folder()
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / name
             path.write_text(text)
@@ -160,9 +161,13 @@ def _library(exc: BaseException) -> str:
     """The distribution (and its version) whose module defines the exception's type, when it is a library's."""
     top = type(exc).__module__.split(".")[0]
     if top in ("builtins", "__main__"):
-        return "raised as a Python built-in exception"
-    dists = metadata.packages_distributions().get(top, [])
-    return "raised by " + (", ".join(f"{d} {_version(d)}" for d in dists) or top)
+        return "Python (a built-in exception)"
+    try:  # a C extension may sit beside its package under a private name (_duckdb)
+        found = metadata.packages_distributions()
+        dists = found.get(top) or found.get(top.lstrip("_"), [])
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata must not hide the failure itself
+        dists = []
+    return ", ".join(f"{d} {_version(d)}" for d in dists) or top
 
 
 def _parsed(ctx: typer.Context, resolved: list) -> dict:
