@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analysis_suite import build, peak_gib, reset_peak  # noqa: E402 - a sibling script, importable once its folder is on the path
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis  # noqa: E402
-from pipeline.analysis.bootstrap import stage_replicates  # noqa: E402
+from pipeline.analysis.replicates import stage_replicates  # noqa: E402
 from pipeline.analysis.sql import ANALYSIS_STAGING, BOOTSTRAP, DEFAULT_PARAMS, ensure_staged, run_query  # noqa: E402
 from pipeline.storage.catalog import connect  # noqa: E402
 

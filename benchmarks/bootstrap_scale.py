@@ -19,7 +19,7 @@ import time
 
 import duckdb
 
-from pipeline.analysis.bootstrap import stage_replicates
+from pipeline.analysis.replicates import stage_replicates
 from pipeline.analysis.sql import BOOTSTRAP, DEFAULT_PARAMS
 
 

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from pipeline.analysis import bootstrap, m_out_of_n
+from pipeline.analysis import bootstrap, m_out_of_n, replicates
 from pipeline.analysis.paired import paired_comparison
 from pipeline.analysis.sql import ANALYSIS_STAGING, BOOTSTRAP, ensure_staged, load_sql, run_query, stage_replicate_keys
 from pipeline.storage.catalog import open_catalog
@@ -52,7 +52,7 @@ def _replicates(store, resamples, batch_resamples, **kwargs):
     con = open_catalog(store)
     for table in ANALYSIS_STAGING:
         ensure_staged(con, table, "m", "r1")
-    bootstrap.stage_replicates(con, BOOTSTRAP, SEED, resamples, batch_resamples, **kwargs)
+    replicates.stage_replicates(con, BOOTSTRAP, SEED, resamples, batch_resamples, **kwargs)
     rows = con.execute(f"select property, statistic, b, value from {BOOTSTRAP} order by all").fetchall()
     return {(prop, statistic, b): value for prop, statistic, b, value in rows}
 
@@ -242,10 +242,10 @@ def test_m_out_of_n_intervals_equal_an_independent_numpy_implementation(large):
     assert checked == 3 + 3 * 4
     poisson = _intervals(store, resamples=resamples, seed=seed)  # the default switch-over: all Poisson
     small = {k: v for k, v in got.items() if k[0] == "small"}
-    assert small and all(row["ci_method"] == bootstrap.POISSON for row in small.values())
+    assert small and all(row["ci_method"] == replicates.POISSON for row in small.values())
     for key, row in small.items():
         assert (row["ci_low"], row["ci_high"]) == (poisson[key]["ci_low"], poisson[key]["ci_high"])
-    assert all(row["ci_method"] == bootstrap.POISSON for row in poisson.values())
+    assert all(row["ci_method"] == replicates.POISSON for row in poisson.values())
 
 
 def test_m_out_of_n_draws_equal_the_definition_in_any_chunking(large):
@@ -257,13 +257,13 @@ def test_m_out_of_n_draws_equal_the_definition_in_any_chunking(large):
     for table in ANALYSIS_STAGING:
         ensure_staged(con, table, "m", "r1")
 
-    def replicates(**split):
-        bootstrap.stage_replicates(con, BOOTSTRAP, SEED, 23, switch_n=1000, m=300, **split)
+    def staged(**split):
+        replicates.stage_replicates(con, BOOTSTRAP, SEED, 23, switch_n=1000, m=300, **split)
         return con.execute(f"select probe_set, property, statistic, b, value, method from {BOOTSTRAP} "
                            "order by all").fetchall()
 
-    whole = replicates(batch_resamples=23, threads=1)
-    assert whole == replicates(batch_resamples=5, chunk_cells=700, threads=2)  # 2 replicates a chunk
+    whole = staged(batch_resamples=23, threads=1)
+    assert whole == staged(batch_resamples=5, chunk_cells=700, threads=2)  # 2 replicates a chunk
 
 
 def test_m_out_of_n_covers_a_known_correlation(tmp_path):
@@ -282,7 +282,7 @@ def test_m_out_of_n_covers_a_known_correlation(tmp_path):
     sub = _intervals(store, resamples=200, seed=99, bootstrap_switch_n=1000, bootstrap_m=800)
     full = _intervals(store, resamples=200, seed=99)
     assert {row["ci_method"] for row in sub.values()} == {"m-out-of-n bootstrap m=800"}
-    assert {row["ci_method"] for row in full.values()} == {bootstrap.POISSON}
+    assert {row["ci_method"] for row in full.values()} == {replicates.POISSON}
     covered = [sub[(f"s{k:02d}", "x", s)]["ci_low"] < truth[s] < sub[(f"s{k:02d}", "x", s)]["ci_high"]
                for k in range(sets) for s in truth]
     assert 0.85 <= np.mean(covered) <= 1.0, np.mean(covered)

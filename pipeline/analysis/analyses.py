@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from pipeline.analysis.bootstrap import POISSON
+from pipeline.analysis.replicates import POISSON
 from pipeline.analysis.retrieval import register_retrieval_tables
 from pipeline.analysis.sql import DEFAULT_PARAMS, record_staged, run_query, staged_for
 

@@ -1,10 +1,11 @@
 """The bootstrap replicates of norm_vs_property: each replicate's statistics, computed with numpy.
 
 ``norm_vs_property_ci.sql`` takes its intervals from them, and a paired comparison its per-replicate
-differences (:mod:`pipeline.analysis.paired`). :func:`stage_replicates` reads the staged rows of
-``stg_analysis_values`` / ``stg_analysis_groups`` and writes table ``stg_bootstrap_replicates`` (columns
-probe_set, property, statistic, b, value, method; value NaN or infinite where a statistic is undefined; method
-:data:`POISSON` or :func:`m_out_of_n_method`'s label).
+differences (:mod:`pipeline.analysis.paired`). :func:`item_sets` reads the staged rows of
+``stg_analysis_values`` / ``stg_analysis_groups``; :func:`pipeline.analysis.replicates.stage_replicates`
+writes table ``stg_bootstrap_replicates`` (columns probe_set, property, statistic, b, value, method; value NaN
+or infinite where a statistic is undefined) with :func:`replicate_statistics` below the switch-over and
+:mod:`pipeline.analysis.m_out_of_n` above it.
 
 Method: Poisson bootstrap, seeded. In replicate b every item gets a weight w ~ Poisson(1) (capped at 10;
 P(w > 10) = 1e-8) and appears w times in the resample; all properties of a probe set share the replicate's
@@ -48,17 +49,11 @@ difference, so its intervals are the m-out-of-n ones too.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
-import polars as pl
-
-from pipeline.analysis.m_out_of_n import full_sample_statistics, resample_statistics
 
 # floor(P(Poisson(1) <= k) * 2^32), k = 0..9: a weight is how many of them its hash reaches
 THRESHOLDS = np.array([1580030168, 3160060337, 3950075421, 4213413783, 4279248373, 4292415291, 4294609777,
@@ -67,16 +62,8 @@ THRESHOLDS = np.array([1580030168, 3160060337, 3950075421, 4213413783, 427924837
 # 512 KiB): measured on 2 cores, 1 << 22 (32 MiB arrays) was 3x slower. Replicates are independent: chunks change
 # only the cost, and an item set larger than this is computed one replicate at a time.
 CHUNK_CELLS = 1 << 16
-TABLE_SCHEMA = "probe_set varchar, property varchar, statistic varchar, b bigint, value double, method varchar"
-# the method column's label for the Poisson bootstrap (the m-out-of-n one's: m_out_of_n_method)
-POISSON = "poisson bootstrap"
 # draws of one m-out-of-n replicate hash counters 0 .. 2m - 1 in 32 bits
 MAX_M = 2**31 - 1
-
-
-def m_out_of_n_method(m: int) -> str:
-    """The method column's label for an m-out-of-n bootstrap of ``m`` draws a replicate."""
-    return f"m-out-of-n bootstrap m={m}"
 
 
 class Buffers:
@@ -139,7 +126,7 @@ def poisson_weights(keys: np.ndarray, positions: np.ndarray, buffers: Buffers | 
 
 
 @dataclass
-class _Order:
+class Order:
     """A variable's fixed order over an item set, from which its weighted ranks in any replicate follow.
 
     A rank is the running weight through the item's tie group less (the group's weight - 1) / 2, i.e. (the
@@ -156,7 +143,7 @@ class _Order:
     _flat: dict[int, np.ndarray] = field(default_factory=dict)  # per chunk size: replicate * n_codes + code
 
     @classmethod
-    def of(cls, values: np.ndarray, presorted: bool = False) -> _Order:
+    def of(cls, values: np.ndarray, presorted: bool = False) -> Order:
         """The order of ``values`` (``presorted``: already ascending); one sort, dense codes from it."""
         n = len(values)
         perm = None if presorted else np.argsort(values, kind="stable")
@@ -210,39 +197,39 @@ class _Order:
 
 
 @dataclass
-class _Sample:
+class Sample:
     """One sample of a (probe set, property): its value order and the statistics it gives."""
 
     probe_set: str
     property: str
     statistics: tuple[str, ...]
-    value: _Order
+    value: Order
     x_value: np.ndarray | None  # value less its mean over the sample (Pearson), None where not needed
 
 
 @dataclass
-class _ItemSet:
+class ItemSet:
     """Items of one probe set that one or more samples share, in norm order, with their fixed orders."""
 
     positions: np.ndarray  # uint32: each item's position in its probe set (its weights hash from it)
     in_norm_order: np.ndarray  # the samples' rows (ordered by position) in norm order
-    norm: _Order
+    norm: Order
     x_log_norm: np.ndarray  # ln(norm) less its mean over the item set
     n_tokens: np.ndarray
     zipf: np.ndarray
     static: np.ndarray | None = None  # rows 1, x_log_norm, x_log_norm^2, and per Pearson sample x, x^2, x * x_log_norm
-    tokens: _Order | None = None  # built where a sample needs it
-    zipf_order: _Order | None = None
-    samples: list[_Sample] = field(default_factory=list)
+    tokens: Order | None = None  # built where a sample needs it
+    zipf_order: Order | None = None
+    samples: list[Sample] = field(default_factory=list)
 
 
-def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
+def item_sets(con: duckdb.DuckDBPyConnection) -> list[ItemSet]:
     """The samples of the staged rows (``stg_analysis_values`` / ``stg_analysis_groups`` on ``con``),
     grouped by item set: the samples of ``norm_vs_property.sql``."""
     names = {key: (probe_set, prop, set_id) for key, probe_set, prop, set_id in con.execute(
         "select group_key, probe_set, property, set_id from stg_analysis_groups where group_key in "
         "(select distinct group_key from stg_analysis_values)").fetchall()}
-    sets: dict[tuple[int, bytes], _ItemSet] = {}
+    sets: dict[tuple[int, bytes], ItemSet] = {}
     for key in sorted(names, key=lambda k: names[k][:2]):
         probe_set, prop, set_id = names[key]
         # one group's rows at a time: at 10 M items all of them at once were 1.35 GB more at the peak
@@ -267,17 +254,17 @@ def item_sets(con: duckdb.DuckDBPyConnection) -> list[_ItemSet]:
             item_set = sets[set_key]
             value = items["value"][item_set.in_norm_order]
             pearson = "pearson_log_norm" in stats
-            item_set.samples.append(_Sample(probe_set, prop, stats, _Order.of(value),
+            item_set.samples.append(Sample(probe_set, prop, stats, Order.of(value),
                                             value - value.mean() if pearson else None))
             if "partial_spearman_n_tokens" in stats and item_set.tokens is None:
-                item_set.tokens = _Order.of(item_set.n_tokens)
+                item_set.tokens = Order.of(item_set.n_tokens)
             if "partial_spearman_zipf" in stats and item_set.zipf_order is None:
-                item_set.zipf_order = _Order.of(item_set.zipf)
+                item_set.zipf_order = Order.of(item_set.zipf)
     return list(sets.values())
 
 
-def _with_static(item_set: _ItemSet) -> _ItemSet:
-    """``item_set`` with the fixed per-item rows of the Poisson route's weighted sums (:attr:`_ItemSet.static`;
+def with_static(item_set: ItemSet) -> ItemSet:
+    """``item_set`` with the fixed per-item rows of the Poisson route's weighted sums (:attr:`ItemSet.static`;
     built only for that route: 12 float64 rows per item with three properties)."""
     if item_set.static is None:
         xl = item_set.x_log_norm
@@ -286,29 +273,32 @@ def _with_static(item_set: _ItemSet) -> _ItemSet:
     return item_set
 
 
-def _item_set(items: dict[str, np.ndarray]) -> _ItemSet:
+def _item_set(items: dict[str, np.ndarray]) -> ItemSet:
     in_norm_order = np.argsort(items["d_norm"], kind="stable")
     log_norm = np.log(items["norm"][in_norm_order])
-    return _ItemSet(positions=items["pos"][in_norm_order].astype(np.uint32), in_norm_order=in_norm_order,
-                    norm=_Order.of(items["d_norm"][in_norm_order], presorted=True),
+    return ItemSet(positions=items["pos"][in_norm_order].astype(np.uint32), in_norm_order=in_norm_order,
+                    norm=Order.of(items["d_norm"][in_norm_order], presorted=True),
                     x_log_norm=log_norm - log_norm.mean(), n_tokens=items["n_tokens"][in_norm_order],
                     zipf=items["zipf"][in_norm_order])
 
 
-def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each row's dot product of two (rows x items) arrays."""
     return np.einsum("ij,ij->i", a, b)
 
 
-def _correlation(sab: np.ndarray, saa: np.ndarray, sbb: np.ndarray) -> np.ndarray:
+def correlation(sab: np.ndarray, saa: np.ndarray, sbb: np.ndarray) -> np.ndarray:
+    """Correlations from central sums of products and squares."""
     return sab / np.sqrt(saa * sbb)
 
 
-def _partial(r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray) -> np.ndarray:
+def partial_correlation(r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray) -> np.ndarray:
+    """r_xy given z, from the three correlations (the first-order identity of norm_vs_property.sql)."""
     return (r_xy - r_xz * r_yz) / np.sqrt((1 - r_xz * r_xz) * (1 - r_yz * r_yz))
 
 
-def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
-                         buffers: Buffers | None = None) -> Iterator[tuple[_Sample, str, np.ndarray]]:
+def replicate_statistics(item_set: ItemSet, keys: np.ndarray,
+                         buffers: Buffers | None = None) -> Iterator[tuple[Sample, str, np.ndarray]]:
     """(sample, statistic, its value in each replicate) for the replicates of ``keys`` (replicate_keys)."""
     buffers = Buffers() if buffers is None else buffers
     w = poisson_weights(keys, item_set.positions, buffers)
@@ -318,14 +308,14 @@ def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
         # centred ranks (their weighted sums are 0), so the weighted sums of products are central moments
         r_norm = item_set.norm.centred_ranks(w, size, buffers("r_norm", shape), buffers)
         w_norm = np.multiply(w, r_norm, out=buffers("w_norm", shape))
-        snn = _rowdot(w_norm, r_norm)
+        snn = rowdot(w_norm, r_norm)
         w_value = buffers("w_value", shape)
         controls = {}
         for name, order in (("n_tokens", item_set.tokens), ("zipf", item_set.zipf_order)):
             if order is not None:
                 r = order.centred_ranks(w, size, buffers(f"r_{name}", shape), buffers)
-                scc = _rowdot(np.multiply(w, r, out=w_value), r)
-                controls[name] = (r, scc, _correlation(_rowdot(w_norm, r), snn, scc))
+                scc = rowdot(np.multiply(w, r, out=w_value), r)
+                controls[name] = (r, scc, correlation(rowdot(w_norm, r), snn, scc))
         # the weighted sums of fixed per-item numbers: sw, sl, sll, then per sample with a Pearson statistic
         # its sx, sxx, slx (einsum, not a BLAS product: a product's threads spin on a busy machine, measured 20x
         # slower on 2 shared cores, and its sums could depend on the chunk's shape)
@@ -336,8 +326,8 @@ def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
         for sample in item_set.samples:
             sample.value.centred_ranks(w, size, r_value, buffers)
             np.multiply(w, r_value, out=w_value)
-            svv = _rowdot(w_value, r_value)
-            r_nv = _correlation(_rowdot(w_norm, r_value), snn, svv)
+            svv = rowdot(w_value, r_value)
+            r_nv = correlation(rowdot(w_norm, r_value), snn, svv)
             for statistic in sample.statistics:
                 if statistic == "spearman":
                     yield sample, statistic, r_nv
@@ -347,98 +337,5 @@ def replicate_statistics(item_set: _ItemSet, keys: np.ndarray,
                     yield sample, statistic, (sw * slx - sl * sx) / np.sqrt((sw * sll - sl * sl) * (sw * sxx - sx * sx))
                 else:
                     r_control, scc, r_nc = controls[statistic.removeprefix("partial_spearman_")]
-                    yield sample, statistic, _partial(r_nv, r_nc, _correlation(_rowdot(w_value, r_control), svv, scc))
-
-
-@dataclass
-class _Subsampled:
-    """An item set on the m-out-of-n route: its draws' map to the item set and the values they rescale around."""
-
-    m: int
-    by_position: np.ndarray  # index in the item set (norm order) of the item at each position among its items
-    full: dict[tuple[int, str], float]  # full_sample_statistics
-    scale: float  # sqrt(m / n)
-
-
-def _subsampled(item_set: _ItemSet, m: int) -> _Subsampled:
-    n = len(item_set.positions)
-    m = min(m, n)
-    return _Subsampled(m=m, by_position=np.argsort(item_set.positions, kind="stable"),
-                       full=full_sample_statistics(item_set), scale=float(np.sqrt(m / n)))
-
-
-def _subsample_statistics(item_set: _ItemSet, route: _Subsampled,
-                          keys: np.ndarray) -> Iterator[tuple[_Sample, str, np.ndarray]]:
-    """The m-out-of-n replicates of ``keys``: each statistic's full-sample value plus sqrt(m/n) times the
-    replicate's deviation from it (the percentile interval of these values is the rescaled one)."""
-    draws = route.by_position[draw_positions(keys, route.m, len(item_set.positions))]
-    draws.sort(axis=1)  # the item set is in norm order: sorted draws are too
-    index = {id(sample): i for i, sample in enumerate(item_set.samples)}
-    for sample, statistic, value in resample_statistics(item_set, draws):
-        full = route.full[(index[id(sample)], statistic)]
-        yield sample, statistic, full + route.scale * (value - full)
-
-
-def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resamples: int,
-                     batch_resamples: int, threads: int | None = None, chunk_cells: int = CHUNK_CELLS,
-                     switch_n: int | None = None, m: int | None = None) -> None:
-    """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
-    0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
-    replicates (and ``chunk_cells`` replicate x item cells, or x draws) at a time, chunks on ``threads``
-    threads (default: the CPUs this process may use, at most 4): a replicate's values depend neither on the
-    batching nor on the threads. Samples of more than ``switch_n`` items (None: none) are resampled by the
-    m-out-of-n bootstrap with ``m`` draws a replicate (at most n), the others by the Poisson bootstrap."""
-    if (switch_n is None) != (m is None):
-        raise ValueError(f"switch_n={switch_n!r}, m={m!r}: give both (the m-out-of-n route) or neither")
-    sets = item_sets(con)
-    routes = {id(s): _subsampled(s, m) for s in sets if switch_n is not None and len(s.positions) > switch_n}
-    sets = [s if id(s) in routes else _with_static(s) for s in sets]
-    cells = [routes[id(s)].m if id(s) in routes else len(s.positions) for s in sets]
-    chunk = max(1, min(batch_resamples, chunk_cells // max(cells, default=1)))
-    local = threading.local()
-
-    def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]:
-        if not hasattr(local, "buffers"):
-            local.buffers = Buffers()
-        keys = replicate_keys(seed, start, count)
-        b = np.arange(start, start + count, dtype=np.int64)
-        rows = []
-        for item_set in sets:
-            route = routes.get(id(item_set))
-            if route is None:
-                method, values = POISSON, replicate_statistics(item_set, keys, local.buffers)
-            else:
-                method, values = m_out_of_n_method(route.m), _subsample_statistics(item_set, route, keys)
-            rows += [((sample.probe_set, sample.property, statistic, method), value, b)
-                     for sample, statistic, value in values]
-        return rows
-
-    con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
-    # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
-    with ThreadPoolExecutor(max_workers=threads or min(4, len(os.sched_getaffinity(0)))) as pool:
-        for first in range(0, resamples, batch_resamples):
-            last = min(first + batch_resamples, resamples)
-            starts = range(first, last, chunk)
-            rows = [r for part in pool.map(chunk_rows, starts, [min(chunk, last - s) for s in starts]) for r in part]
-            if rows:
-                _insert(con, table, rows)
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str,
-            rows: list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]) -> None:
-    # polars frames, not Arrow tables: DuckDB imports pandas (~0.7 s) to scan the latter, not the former. The
-    # names are joined in by number: one string per (sample, statistic), not per replicate
-    names = pl.DataFrame([(i, *name) for i, (name, _, _) in enumerate(rows)], orient="row",
-                         schema={"which": pl.Int32, "probe_set": pl.String, "property": pl.String,
-                                 "statistic": pl.String, "method": pl.String})
-    values = pl.DataFrame({
-        "which": np.repeat(np.arange(len(rows), dtype=np.int32), [len(value) for _, value, _ in rows]),
-        "b": np.concatenate([b for _, _, b in rows]), "value": np.concatenate([value for _, value, _ in rows])})
-    con.register("bootstrap_replicate_names", names)
-    con.register("bootstrap_replicate_values", values)
-    try:
-        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value, n.method "
-                    "from bootstrap_replicate_values as v inner join bootstrap_replicate_names as n using (which)")
-    finally:
-        con.unregister("bootstrap_replicate_names")
-        con.unregister("bootstrap_replicate_values")
+                    r_vc = correlation(rowdot(w_value, r_control), svv, scc)
+                    yield sample, statistic, partial_correlation(r_nv, r_nc, r_vc)

@@ -1,7 +1,8 @@
 """norm_vs_property's statistics on m items drawn with replacement: the replicates of the m-out-of-n bootstrap.
 
-:mod:`pipeline.analysis.bootstrap` (whose docstring defines the method and its draws) switches a sample of
-more than ``bootstrap_switch_n`` items to this route: each replicate draws m of its n items with replacement,
+:mod:`pipeline.analysis.bootstrap`'s docstring defines the method and its draws;
+:func:`pipeline.analysis.replicates.stage_replicates` sends a sample of more than ``bootstrap_switch_n`` items
+to this route: each replicate draws m of its n items with replacement,
 computes every statistic on them exactly as on the full sample (average ranks over the m draws, an item drawn
 k times forming one tie group with itself: ``numpy.take`` then ``scipy.stats.spearmanr``), and the replicate
 value stored is the full-sample value plus sqrt(m/n) times the replicate's deviation from it, so that the
@@ -16,12 +17,11 @@ order (``_Order.codes``): ranks among the draws are ranks among their codes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from pipeline.analysis.bootstrap import _ItemSet, _Sample
+from pipeline.analysis.bootstrap import ItemSet, Sample, draw_positions, partial_correlation, rowdot
 
 
 def centred_ranks(codes: np.ndarray, n_codes: int, presorted: bool = False) -> np.ndarray:
@@ -53,31 +53,23 @@ def centred_ranks(codes: np.ndarray, n_codes: int, presorted: bool = False) -> n
     return out
 
 
-def _rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", a, b)
-
-
-def _partial(r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray) -> np.ndarray:
-    return (r_xy - r_xz * r_yz) / np.sqrt((1 - r_xz * r_xz) * (1 - r_yz * r_yz))
-
-
-def resample_statistics(item_set: _ItemSet, draws: np.ndarray) -> Iterator[tuple[_Sample, str, np.ndarray]]:
+def resample_statistics(item_set: ItemSet, draws: np.ndarray) -> Iterator[tuple[Sample, str, np.ndarray]]:
     """(sample, statistic, its value on each row of ``draws``) for the item set's samples: ``draws`` (r x m)
     holds indices into the item set (kept in norm order), each row ascending, so norm's codes are sorted."""
     with np.errstate(divide="ignore", invalid="ignore"):
         r_norm = centred_ranks(item_set.norm.codes[draws], item_set.norm.n_codes, presorted=True)
-        snn = _rowdot(r_norm, r_norm)
+        snn = rowdot(r_norm, r_norm)
         controls = {}
         for name, order in (("n_tokens", item_set.tokens), ("zipf", item_set.zipf_order)):
             if order is not None:
                 r = centred_ranks(order.codes[draws], order.n_codes)
-                scc = _rowdot(r, r)
-                controls[name] = (r, scc, _rowdot(r_norm, r) / np.sqrt(snn * scc))
+                scc = rowdot(r, r)
+                controls[name] = (r, scc, rowdot(r_norm, r) / np.sqrt(snn * scc))
         x_log_norm = None
         for sample in item_set.samples:
             r_value = centred_ranks(sample.value.codes[draws], sample.value.n_codes)
-            svv = _rowdot(r_value, r_value)
-            r_nv = _rowdot(r_norm, r_value) / np.sqrt(snn * svv)
+            svv = rowdot(r_value, r_value)
+            r_nv = rowdot(r_norm, r_value) / np.sqrt(snn * svv)
             for statistic in sample.statistics:
                 if statistic == "spearman":
                     yield sample, statistic, r_nv
@@ -85,20 +77,50 @@ def resample_statistics(item_set: _ItemSet, draws: np.ndarray) -> Iterator[tuple
                     if x_log_norm is None:
                         x_log_norm = item_set.x_log_norm[draws]
                         x_log_norm -= x_log_norm.mean(axis=1, keepdims=True)
-                        sll = _rowdot(x_log_norm, x_log_norm)
+                        sll = rowdot(x_log_norm, x_log_norm)
                     x = sample.x_value[draws]
                     x -= x.mean(axis=1, keepdims=True)
-                    yield sample, statistic, _rowdot(x_log_norm, x) / np.sqrt(sll * _rowdot(x, x))
+                    yield sample, statistic, rowdot(x_log_norm, x) / np.sqrt(sll * rowdot(x, x))
                 else:
                     r_control, scc, r_nc = controls[statistic.removeprefix("partial_spearman_")]
-                    r_vc = _rowdot(r_value, r_control) / np.sqrt(svv * scc)
-                    yield sample, statistic, _partial(r_nv, r_nc, r_vc)
+                    r_vc = rowdot(r_value, r_control) / np.sqrt(svv * scc)
+                    yield sample, statistic, partial_correlation(r_nv, r_nc, r_vc)
 
 
-def full_sample_statistics(item_set: _ItemSet) -> dict[tuple[int, str], float]:
+def full_sample_statistics(item_set: ItemSet) -> dict[tuple[int, str], float]:
     """Every statistic of the item set's samples on all of its items, by (index of the sample, statistic):
     the values the m-out-of-n replicates are rescaled around (norm_vs_property.sql's, computed here)."""
     every_item = np.arange(len(item_set.positions))[None, :]
     index = {id(sample): i for i, sample in enumerate(item_set.samples)}
     return {(index[id(sample)], statistic): float(value[0])
             for sample, statistic, value in resample_statistics(item_set, every_item)}
+
+
+@dataclass
+class Subsampled:
+    """An item set on the m-out-of-n route: its draws' map to the item set and the values they rescale around."""
+
+    m: int
+    by_position: np.ndarray  # index in the item set (norm order) of the item at each position among its items
+    full: dict[tuple[int, str], float]  # full_sample_statistics
+    scale: float  # sqrt(m / n)
+
+
+def subsampled(item_set: ItemSet, m: int) -> Subsampled:
+    """The m-out-of-n route of ``item_set`` with ``m`` draws a replicate (at most its n items)."""
+    n = len(item_set.positions)
+    m = min(m, n)
+    return Subsampled(m=m, by_position=np.argsort(item_set.positions, kind="stable"),
+                       full=full_sample_statistics(item_set), scale=float(np.sqrt(m / n)))
+
+
+def subsample_statistics(item_set: ItemSet, route: Subsampled,
+                          keys: np.ndarray) -> Iterator[tuple[Sample, str, np.ndarray]]:
+    """The m-out-of-n replicates of ``keys``: each statistic's full-sample value plus sqrt(m/n) times the
+    replicate's deviation from it (the percentile interval of these values is the rescaled one)."""
+    draws = route.by_position[draw_positions(keys, route.m, len(item_set.positions))]
+    draws.sort(axis=1)  # the item set is in norm order: sorted draws are too
+    index = {id(sample): i for i, sample in enumerate(item_set.samples)}
+    for sample, statistic, value in resample_statistics(item_set, draws):
+        full = route.full[(index[id(sample)], statistic)]
+        yield sample, statistic, full + route.scale * (value - full)

@@ -12,7 +12,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.analysis.bootstrap import MAX_M, stage_replicates
+from pipeline.analysis.bootstrap import MAX_M
+from pipeline.analysis.replicates import stage_replicates
 
 # Staging queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
 ANALYSIS_STAGING = ("stg_analysis_groups", "stg_analysis_values")

@@ -1,0 +1,102 @@
+"""Stage the bootstrap replicates of norm_vs_property: each item set by its route, chunks of replicates on threads.
+
+:mod:`pipeline.analysis.bootstrap` defines both routes and computes the Poisson bootstrap's replicates;
+:mod:`pipeline.analysis.m_out_of_n` the m-out-of-n bootstrap's, for samples of more than ``switch_n`` items.
+:func:`stage_replicates` writes every replicate statistic into one temporary table (:data:`TABLE_SCHEMA`) with
+the method that made it, from which ``sql/norm_vs_property_ci.sql`` takes its intervals and a paired comparison
+its differences.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from pipeline.analysis.bootstrap import (
+    CHUNK_CELLS,
+    Buffers,
+    item_sets,
+    replicate_keys,
+    replicate_statistics,
+    with_static,
+)
+from pipeline.analysis.m_out_of_n import subsample_statistics, subsampled
+
+TABLE_SCHEMA = "probe_set varchar, property varchar, statistic varchar, b bigint, value double, method varchar"
+# the method column's label for the Poisson bootstrap (the m-out-of-n one's: m_out_of_n_method)
+POISSON = "poisson bootstrap"
+
+
+def m_out_of_n_method(m: int) -> str:
+    """The method column's label for an m-out-of-n bootstrap of ``m`` draws a replicate."""
+    return f"m-out-of-n bootstrap m={m}"
+
+
+def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resamples: int,
+                     batch_resamples: int, threads: int | None = None, chunk_cells: int = CHUNK_CELLS,
+                     switch_n: int | None = None, m: int | None = None) -> None:
+    """Create temporary table ``table`` (:data:`TABLE_SCHEMA`) with the statistics of replicates
+    0 .. ``resamples`` - 1 of every sample staged on ``con``, computed at most ``batch_resamples``
+    replicates (and ``chunk_cells`` replicate x item cells, or x draws) at a time, chunks on ``threads``
+    threads (default: the CPUs this process may use, at most 4): a replicate's values depend neither on the
+    batching nor on the threads. Samples of more than ``switch_n`` items (None: none) are resampled by the
+    m-out-of-n bootstrap with ``m`` draws a replicate (at most n), the others by the Poisson bootstrap."""
+    if (switch_n is None) != (m is None):
+        raise ValueError(f"switch_n={switch_n!r}, m={m!r}: give both (the m-out-of-n route) or neither")
+    sets = item_sets(con)
+    routes = {id(s): subsampled(s, m) for s in sets if switch_n is not None and len(s.positions) > switch_n}
+    sets = [s if id(s) in routes else with_static(s) for s in sets]
+    cells = [routes[id(s)].m if id(s) in routes else len(s.positions) for s in sets]
+    chunk = max(1, min(batch_resamples, chunk_cells // max(cells, default=1)))
+    local = threading.local()
+
+    def chunk_rows(start: int, count: int) -> list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]:
+        if not hasattr(local, "buffers"):
+            local.buffers = Buffers()
+        keys = replicate_keys(seed, start, count)
+        b = np.arange(start, start + count, dtype=np.int64)
+        rows = []
+        for item_set in sets:
+            route = routes.get(id(item_set))
+            if route is None:
+                method, values = POISSON, replicate_statistics(item_set, keys, local.buffers)
+            else:
+                method, values = m_out_of_n_method(route.m), subsample_statistics(item_set, route, keys)
+            rows += [((sample.probe_set, sample.property, statistic, method), value, b)
+                     for sample, statistic, value in values]
+        return rows
+
+    con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
+    # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
+    with ThreadPoolExecutor(max_workers=threads or min(4, len(os.sched_getaffinity(0)))) as pool:
+        for first in range(0, resamples, batch_resamples):
+            last = min(first + batch_resamples, resamples)
+            starts = range(first, last, chunk)
+            rows = [r for part in pool.map(chunk_rows, starts, [min(chunk, last - s) for s in starts]) for r in part]
+            if rows:
+                _insert(con, table, rows)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str,
+            rows: list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]) -> None:
+    # polars frames, not Arrow tables: DuckDB imports pandas (~0.7 s) to scan the latter, not the former. The
+    # names are joined in by number: one string per (sample, statistic), not per replicate
+    names = pl.DataFrame([(i, *name) for i, (name, _, _) in enumerate(rows)], orient="row",
+                         schema={"which": pl.Int32, "probe_set": pl.String, "property": pl.String,
+                                 "statistic": pl.String, "method": pl.String})
+    values = pl.DataFrame({
+        "which": np.repeat(np.arange(len(rows), dtype=np.int32), [len(value) for _, value, _ in rows]),
+        "b": np.concatenate([b for _, _, b in rows]), "value": np.concatenate([value for _, value, _ in rows])})
+    con.register("bootstrap_replicate_names", names)
+    con.register("bootstrap_replicate_values", values)
+    try:
+        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value, n.method "
+                    "from bootstrap_replicate_values as v inner join bootstrap_replicate_names as n using (which)")
+    finally:
+        con.unregister("bootstrap_replicate_names")
+        con.unregister("bootstrap_replicate_values")
