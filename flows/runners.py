@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from urllib.parse import urlparse
 
 from prefect.settings import (
     PREFECT_API_URL,
@@ -75,9 +77,7 @@ def _runner_has_gpus() -> bool:
 def workers_can_read(spec: str, settings: Settings) -> bool:
     """Whether the Dask workers can read probe set ``spec`` as this process does: anything but a local file, or a
     local file with the cluster on this machine (a scheduler on loopback, as the local cluster's is)."""
-    from urllib.parse import urlparse
-
-    from pipeline.probes import brings_file
+    from pipeline.probes import brings_file  # polars (seconds to import): only an audit's flow gets here
 
     if not brings_file(spec) or "://" in spec:
         return True
@@ -109,8 +109,6 @@ class InFlightWindow:
         self._size, self._at = 0, float("-inf")
 
     def __call__(self) -> int:
-        import time
-
         now = time.monotonic()
         if now - self._at >= self.every_s:
             self._size, self._at = max(2, self.per_thread * cluster_threads()), now

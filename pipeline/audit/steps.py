@@ -7,6 +7,7 @@ own inputs (a probe set, a shard), so it can run in the flow process or on any D
 from __future__ import annotations
 
 import io
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ from pipeline.analysis.compare import (
 from pipeline.analysis.comparison_page import render_comparison_page
 from pipeline.analysis.paired import paired_comparison, write_comparison
 from pipeline.audit.context import AuditContext
+from pipeline.audit.preflight import unknown_token_warning
 from pipeline.audit.watch import WatchedModel, discover_releases
 from pipeline.embedding.embed import get_embedder
 from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
@@ -33,7 +35,7 @@ from pipeline.probes import ProbeSet, brings_file, load_probe_set, write_probe_t
 from pipeline.probes.base import KINDS
 from pipeline.probes.frequency import token_properties
 from pipeline.probes.stored import refuse_silent_replace
-from pipeline.quality import gates
+from pipeline.quality import datadocs, gates
 from pipeline.settings import Settings
 from pipeline.storage import lease
 from pipeline.storage.catalog import open_catalog
@@ -63,6 +65,7 @@ from pipeline.storage.shards import (
 from pipeline.storage.store import Manifest, Store, open_store
 from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
+_log = logging.getLogger(__name__)
 
 def embedding_params(resolved, settings: Settings) -> dict:
     """Parameters that change the stored rows (and so the shard hashes).
@@ -128,8 +131,6 @@ def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, repla
     with the probe set. A probe file too large for the CLI's pre-flight (:data:`pipeline.audit.preflight.
     PREFLIGHT_MAX_BYTES`) has its unknown-token check here instead, and its warning comes back in the plan.
     """
-    from pipeline.audit.preflight import unknown_token_warning
-
     ps = load_and_store_probes(ctx.settings, spec, ctx.run_id, replace)
     warning = unknown_token_warning(ctx.settings, ctx.resolved, ps, spec, limit)
     plan = plan_probe_set(ctx, ps, limit)
@@ -338,14 +339,10 @@ def open_release(ctx: AuditContext) -> None:
 
 def build_data_docs(ctx: AuditContext) -> str | None:
     """The run's GX Data Docs (a page per validated part), wherever this runs; never fails the audit (logged)."""
-    import logging
-
-    from pipeline.quality.datadocs import build_data_docs as build
-
     try:
-        return build(ctx.store, ctx.run_id)
+        return datadocs.build_data_docs(ctx.store, ctx.run_id)
     except Exception as exc:  # noqa: BLE001 - the audit is committed and recorded: the docs are a view of it
-        logging.getLogger(__name__).warning("Data Docs for run %s were not built: %s: %s", ctx.run_id,
+        _log.warning("Data Docs for run %s were not built: %s: %s", ctx.run_id,
                                             type(exc).__name__, exc)
         return None
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.probes.base import text_sha256
-from pipeline.storage.shards import Shard, superseded_parts
+from pipeline.storage.shards import Shard, committed_item_ids, superseded_parts
 from pipeline.storage.store import MANIFEST, Manifest, PartInfo, Store, sha256_bytes
 
 # part-<shard id (20 hex)>-<sha256 prefix (16 hex)>.parquet; parts committed before the names carried the
@@ -146,8 +146,6 @@ def commit_part(store: Store, shard: Shard, table: pa.Table, template: Manifest)
 
     The superseded parts are found by reading the committed parts' item ids (an audit plans them once instead).
     """
-    from pipeline.storage.shards import committed_item_ids
-
     manifest = store.read_manifest(template.model, template.release, template.probe_set)
     supersedes = superseded_parts([shard], committed_item_ids(store, manifest), manifest)[shard.shard_id]
     data = encode_table(table)
