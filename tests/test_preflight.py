@@ -147,3 +147,30 @@ def test_preflight_resolves_once_and_imports_no_torch(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_large_probe_file_is_left_to_the_worker_which_runs_the_same_checks(tmp_path, tiny_model_dir, monkeypatch):
+    """Over PREFLIGHT_MAX_BYTES the CLI's process (which runs the flow) does not load the set; the worker does."""
+    from pipeline.audit import preflight
+    from pipeline.embedding.models import get_spec, resolve_model
+    from pipeline.probes import load_probe_set
+    from pipeline.probes.base import ProbeInputError
+    from pipeline.settings import load_settings
+
+    mixed, unknown = tmp_path / "mixed.csv", tmp_path / "unknown.csv"
+    mixed.write_text("item_id,text\na,dog\nb,🙂\nc,cat\n", encoding="utf-8")
+    unknown.write_text("item_id,text\na,🙂🙂\nb,ⲁⲃⲅ\n", encoding="utf-8")
+    settings = load_settings(root=str(tmp_path / "root"))
+    small = preflight.check_audit_inputs(settings, str(tiny_model_dir), [str(mixed)])
+    assert [ps.name for ps in small.probe_sets] == ["mixed"] and len(small.warnings) == 1  # checked here
+
+    monkeypatch.setattr(preflight, "PREFLIGHT_MAX_BYTES", 10)  # both files are "large" now
+    large = preflight.check_audit_inputs(settings, str(tiny_model_dir), [str(mixed), str(unknown)])
+    assert large.probe_sets == [] and large.warnings == []  # nothing loaded in this process
+    assert [n.split(":")[0] for n in large.notes] == [str(mixed), str(unknown)]
+    assert all("loaded and checked by the worker" in n for n in large.notes)
+    resolved = resolve_model(get_spec(str(tiny_model_dir)))
+    warning = preflight.unknown_token_warning(settings, resolved, load_probe_set(str(mixed)), str(mixed))
+    assert warning == small.warnings[0]  # the worker says what the pre-flight would have said
+    with pytest.raises(ProbeInputError, match="all 2 texts"):
+        preflight.unknown_token_warning(settings, resolved, load_probe_set(str(unknown)), str(unknown))
