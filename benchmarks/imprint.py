@@ -233,9 +233,9 @@ class Grid:
         con = open_catalog(Store(str(self.root)))
         try:
             return con.sql("""
-                select model, release, probe_set, property, statistic, value
+                select model, release, analysis, probe_set, property, statistic, value
                 from results where model like 'imp-%'
-                qualify row_number() over (partition by model, release, probe_set, property, statistic
+                qualify row_number() over (partition by model, release, analysis, probe_set, property, statistic
                                            order by run_id desc) = 1""").pl()
         finally:
             con.close()
@@ -245,17 +245,18 @@ def tidy(grid: Grid, paired: pl.DataFrame, results: pl.DataFrame) -> tuple[pl.Da
     """``changes`` (per run and statistic, from the paired engine) and ``values`` (per run, step, statistic)."""
     from pipeline.theory.imprint import STATISTICS
 
-    keys = pl.DataFrame([{"key": k, "probe_set": p, "property": q, "statistic": s} for k, _, p, q, s in STATISTICS])
+    on = ["analysis", "probe_set", "property", "statistic"]
+    keys = pl.DataFrame([dict(zip(["key", "label", *on], row, strict=True)) for row in STATISTICS]).drop("label")
     runs = pl.DataFrame([{"run": n, "optimizer": c.optimizer, "arm": c.pairs, "seed": c.seed}
                          for n, c in grid.grid.items()])
-    changes = (paired.join(keys, on=["probe_set", "property", "statistic"])
+    changes = (paired.join(keys, on=on)
                .join(runs, on="run")
                .select("key", "optimizer", "arm", "seed", "base_value", "value", "difference", "ci_low", "ci_high",
                        "n_shared"))
-    base = results.filter(pl.col("model") == BASE_MODEL).join(keys, on=["probe_set", "property", "statistic"])
-    values = [base.join(runs, how="cross").select("key", "optimizer", "arm", "seed", pl.lit(0).alias("step"),
-                                                  "value")]
-    values.append(results.join(keys, on=["probe_set", "property", "statistic"])
+    base = results.filter(pl.col("model") == BASE_MODEL).join(keys, on=on)
+    step0 = pl.lit(0, dtype=pl.Int64).alias("step")
+    values = [base.join(runs, how="cross").select("key", "optimizer", "arm", "seed", step0, "value")]
+    values.append(results.join(keys, on=on)
                   .join(runs, left_on="model", right_on="run")
                   .select("key", "optimizer", "arm", "seed",
                           pl.col("release").str.split("-").list.get(1).cast(pl.Int64).alias("step"), "value"))
@@ -347,7 +348,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-seq-length", type=int, default=32)
     ap.add_argument("--limit", type=int, default=1200, help="items of each probe set audited per checkpoint")
-    ap.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples")
+    ap.add_argument("--resamples", type=int, default=200, help="paired bootstrap resamples")
     ap.add_argument("--jobs", type=int, default=3, help="fine-tunes at a time")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per fine-tune")
     ap.add_argument("--mid", action="store_true", help="also checkpoint and audit the middle step")

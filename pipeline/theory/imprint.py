@@ -17,17 +17,17 @@ import polars as pl
 
 __all__ = ["STATISTICS", "imprint_figure", "seed_table", "t_interval", "welch_interval"]
 
-# (key, label, probe_set, property, statistic): what the table and the figures report, in this order
+# (key, label, analysis, probe_set, property, statistic): what the table and the figures report, in this order
 STATISTICS = (
-    ("hyponym_share_zipf", "pairs · hyponym-longer share, zipf-matched", "wordnet-pairs", "hypernym_of",
-     "share_hyponym_norm_greater_zipf_matched"),
-    ("depth_given_zipf", "nouns · partial ρ(norm, min_depth | zipf)", "wordnet-nouns", "min_depth",
-     "partial_spearman_zipf"),
-    ("senses_given_zipf", "nouns · partial ρ(norm, n_senses | zipf)", "wordnet-nouns", "n_senses",
-     "partial_spearman_zipf"),
-    ("zipf", "nouns · ρ(norm, zipf)", "wordnet-nouns", "zipf", "spearman"),
-    ("success_at_10", "unseen definitions · success@10", "wordnet-reverse-dictionary-test", "retrieval",
-     "mean_success_at_10"),
+    ("hyponym_share_zipf", "pairs · hyponym-longer share, zipf-matched", "hypernym_pairs", "wordnet-pairs",
+     "hypernym_of", "share_hyponym_norm_greater_zipf_matched"),
+    ("depth_given_zipf", "nouns · partial ρ(norm, min_depth | zipf)", "norm_vs_property", "wordnet-nouns",
+     "min_depth", "partial_spearman_zipf"),
+    ("senses_given_zipf", "nouns · partial ρ(norm, n_senses | zipf)", "norm_vs_property", "wordnet-nouns",
+     "n_senses", "partial_spearman_zipf"),
+    ("zipf", "nouns · ρ(norm, zipf)", "norm_vs_property", "wordnet-nouns", "zipf", "spearman"),
+    ("success_at_10", "unseen definitions · success@10", "retrieval_calibration", "wordnet-reverse-dictionary-test",
+     "retrieval", "mean_success_at_10"),
 )
 
 
