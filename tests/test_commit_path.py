@@ -191,3 +191,34 @@ def test_orphans_of_a_killed_commit_are_invisible_listed_and_reused_by_the_rerun
     assert all(abs(norms[i] - n) < 1e-5 for i, n in rows)  # the re-embedded shard gives the same norms
     report = verify_root(store, "sha256", texts=True)
     assert report.ok and report.orphans == []  # reused or swept: no file outside the manifest remains
+
+
+# ---------------------------------------------------------------- a large set is prepared in a child process
+def test_run_in_child_returns_its_value_and_raises_its_error():
+    from pipeline.audit.child import run_in_child
+
+    assert run_in_child(divmod, 17, 5) == (3, 2)
+    with pytest.raises(ValueError, match="invalid literal"):
+        run_in_child(int, "not a number")
+
+
+def test_a_large_probe_set_is_prepared_in_a_child_process_with_the_same_plan(tmp_path, tiny_model_dir, monkeypatch):
+    from pipeline.audit import preflight, steps
+    from pipeline.audit.child import run_in_child
+    from pipeline.audit.context import AuditContext
+    from pipeline.settings import load_settings
+
+    rng = np.random.default_rng(1)
+    probes = tmp_path / "child.csv"
+    pl.DataFrame({"item_id": [f"i{i:03d}" for i in range(40)],
+                  "text": [" ".join(rng.choice(WORDS, size=1 + i % 3)) for i in range(40)]}).write_csv(probes)
+    settings = load_settings(root=str(tmp_path / "root"), shard_size=16)
+    ctx = AuditContext(settings, "m", "r", "run-1", steps.resolve(str(tiny_model_dir)))
+    inline = steps.prepare_probes(ctx, str(probes))
+    children = []
+    monkeypatch.setattr(preflight, "PREFLIGHT_MAX_BYTES", 1)
+    monkeypatch.setattr(steps, "CHILD_PROCESS_BYTES", 1)
+    monkeypatch.setattr(steps, "run_in_child", lambda fn, *a: children.append(fn) or run_in_child(fn, *a))
+    in_child = steps.prepare_probes(ctx, str(probes))
+    assert children == [steps._prepare]  # it went through a child process
+    assert in_child == inline and [r.size for r in in_child.refs] == [16, 16, 8]

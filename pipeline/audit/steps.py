@@ -25,8 +25,9 @@ from pipeline.analysis.compare import (
 )
 from pipeline.analysis.comparison_page import render_comparison_page
 from pipeline.analysis.paired import paired_comparison, write_comparison
+from pipeline.audit.child import run_in_child
 from pipeline.audit.context import AuditContext
-from pipeline.audit.preflight import unknown_token_warning
+from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
 from pipeline.audit.watch import WatchedModel, discover_releases
 from pipeline.embedding.embed import get_embedder
 from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
@@ -66,6 +67,7 @@ from pipeline.storage.store import Manifest, Store, open_store
 from pipeline.storage.verify import raise_if_corrupt, verify_manifest
 
 _log = logging.getLogger(__name__)
+CHILD_PROCESS_BYTES = 8 << 20  # a probe file (or stored set) over this is prepared in a child process: ~1 M sentences
 
 def embedding_params(resolved, settings: Settings) -> dict:
     """Parameters that change the stored rows (and so the shard hashes).
@@ -130,7 +132,17 @@ def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, repla
     The flow gets back only a :class:`ProbePlan` (a few hundred bytes per shard), so its memory does not grow
     with the probe set. A probe file too large for the CLI's pre-flight (:data:`pipeline.audit.preflight.
     PREFLIGHT_MAX_BYTES`) has its unknown-token check here instead, and its warning comes back in the plan.
+    A set over :data:`CHILD_PROCESS_BYTES` is prepared in a child process of the worker
+    (:func:`pipeline.audit.child.run_in_child`): millions of items held ~12 GiB for a minute, more than a worker
+    of a 24 GiB machine may keep, and the worker goes on embedding without that memory.
     """
+    size = checked_on_worker(spec, ctx.settings, ctx.store)
+    if size is not None and size > CHILD_PROCESS_BYTES:
+        return run_in_child(_prepare, ctx, spec, limit, replace)
+    return _prepare(ctx, spec, limit, replace)
+
+
+def _prepare(ctx: AuditContext, spec: str, limit: int | None, replace: bool) -> ProbePlan:
     ps = load_and_store_probes(ctx.settings, spec, ctx.run_id, replace)
     warning = unknown_token_warning(ctx.settings, ctx.resolved, ps, spec, limit)
     plan = plan_probe_set(ctx, ps, limit)
