@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from pipeline.theory.plots import new_figure, png_bytes
+
 __all__ = ["STATISTICS", "imprint_figure", "seed_table", "t_interval", "welch_interval"]
 
 # (key, label, analysis, probe_set, property, statistic): what the table and the figures report, in this order
@@ -96,8 +98,6 @@ def imprint_figure(values: pl.DataFrame, key: str, title: str) -> bytes:
 
     ``values`` has ``key, optimizer, arm, seed, step, value`` (step 0 repeated for every run).
     """
-    from pipeline.theory.plots import new_figure, png_bytes
-
     sub = values.filter(pl.col("key") == key)
     optimizers = sorted(sub["optimizer"].unique())
     plt, fig, axes = new_figure(max(1, len(optimizers)))

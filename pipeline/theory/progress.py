@@ -10,6 +10,15 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 log = logging.getLogger("normaudit.progress")
 
 
@@ -43,15 +52,6 @@ class RichStepProgress(StepProgress):
         self._task = None
 
     def start(self, label: str, total: int, unit: str = "steps") -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         self.finish()
         super().start(label, total, unit)
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

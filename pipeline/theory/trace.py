@@ -70,9 +70,10 @@ class TraceEncoder:
     as ``encode`` does), sorted by token count and cut into batches of at most ``max_batch`` texts and
     ``max_tokens`` padded tokens. For MiniLM's default sample (300 nouns, 150 definitions) that is 4,471
     padded tokens a trace for 3,693 real ones, where four batches of 128 in sample order (4-token nouns
-    padded to 48-token definitions) ran 11,484. Each step is one no-grad forward per batch in eval mode. Padding is masked out of attention and mean pooling, so the vectors equal those of
-    any other batching to float32 rounding (the test checks 1e-5 against the old per-128 batching and
-    against the audit's embedder on the saved checkpoints).
+    padded to 48-token definitions) ran 11,484. Each step is one no-grad forward per batch in eval mode.
+    Padding is masked out of attention and mean pooling, so the vectors equal those of any other batching
+    to float32 rounding (the test checks 1e-5 against the old per-128 batching and against the audit's
+    embedder on the saved checkpoints).
     """
 
     def __init__(self, model, texts: list[str], max_tokens: int = 1024, max_batch: int = 32) -> None:
