@@ -2,16 +2,16 @@
 
 :mod:`pipeline.analysis.bootstrap`'s docstring defines the method and its draws;
 :func:`pipeline.analysis.replicates.stage_replicates` sends a sample of more than ``bootstrap_switch_n`` items
-to this route: each replicate draws m of its n items with replacement,
-computes every statistic on them exactly as on the full sample (average ranks over the m draws, an item drawn
-k times forming one tie group with itself: ``numpy.take`` then ``scipy.stats.spearmanr``), and the replicate
-value stored is the full-sample value plus sqrt(m/n) times the replicate's deviation from it, so that the
-percentiles of the stored values are the rescaled m-out-of-n interval.
+to this route: each replicate draws m of its n items with replacement, computes every statistic on them exactly
+as on the full sample (average ranks over the m draws, an item drawn k times forming one tie group with itself:
+``numpy.take`` then ``scipy.stats.spearmanr``), and the replicate value stored is the full-sample value plus
+sqrt(m/n) times the replicate's deviation from it, so that the percentiles of the stored values are the
+rescaled m-out-of-n interval.
 
 Cost: a replicate costs O(m log m) whatever n (one sort of the draws, which puts them in norm order since the
 item set is kept in that order; one more sort per many-valued property; counting per value for the few-valued
 ones), against O(n) for a Poisson replicate. Every variable arrives as dense integer codes of its full-sample
-order (``_Order.codes``): ranks among the draws are ranks among their codes.
+order (``Order.codes``): ranks among the draws are ranks among their codes.
 """
 
 from __future__ import annotations
