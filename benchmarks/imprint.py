@@ -338,6 +338,50 @@ def default_finetune(work: Path) -> None:
     print(text)
 
 
+def trace_cost(model: str, reps: int) -> None:
+    """The default trace sample embedded the old way (batches of 128 in sample order, tokenized each time) and by
+    :class:`~pipeline.theory.trace.TraceEncoder`, interleaved, in this process: CPU seconds, padded tokens, ratio."""
+    import numpy as np
+    import torch
+
+    from pipeline.theory.finetune import load_model
+    from pipeline.theory.trace import TraceEncoder, pre_normalize_modules, trace_sample
+
+    torch.set_num_threads(1)  # CPU seconds of one thread: comparable on a shared machine
+    st = load_model(FinetuneConfig(model=model), "cpu")
+    texts = trace_sample(300, 150, 0)["text"].to_list()
+
+    def old() -> np.ndarray:  # issue 20's computation
+        out = []
+        st.eval()
+        with torch.no_grad():
+            for lo in range(0, len(texts), 128):
+                features = st.preprocess(texts[lo:lo + 128])
+                for module in pre_normalize_modules(st):
+                    features = module(features)
+                out.append(features["sentence_embedding"].float().numpy())
+        st.train()
+        return np.concatenate(out)
+
+    encoder = TraceEncoder(st, texts)
+    lengths = st.preprocess(texts)["attention_mask"].sum(1).numpy()
+    old_tokens = sum(len(lengths[i:i + 128]) * lengths[i:i + 128].max() for i in range(0, len(texts), 128))
+    times = {"old": [], "new": []}
+    for _ in range(reps):
+        for name, fn in (("old", old), ("new", encoder.vectors)):
+            t = time.process_time()
+            vectors = fn()
+            times[name].append(time.process_time() - t)
+            norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+            if name == "old":
+                reference = norms
+    worst = float(np.max(np.abs(norms / reference - 1)))
+    o, n = np.median(times["old"]), np.median(times["new"])
+    print(f"trace of 450 items, CPU s (1 thread, median of {reps}): old {o:.2f}, new {n:.2f}, new/old {n / o:.2f}; "
+          f"padded tokens old {old_tokens:,}, new {encoder.padded_tokens:,} (real {int(lengths.sum()):,}); "
+          f"largest relative norm difference {worst:.1e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True, help="folder for checkpoints, the root and the outputs (reused)")
@@ -356,7 +400,11 @@ def main() -> None:
     ap.add_argument("--equilibrium-nouns", type=int, default=60)
     ap.add_argument("--equilibrium-definitions", type=int, default=30)
     ap.add_argument("--default-finetune", action="store_true", help="also time the README's default fine-tune")
+    ap.add_argument("--trace-cost", type=int, metavar="REPS", help="only compare the old and new trace, REPS times")
     args = ap.parse_args()
+    if args.trace_cost:
+        trace_cost(args.model, args.trace_cost)
+        return
     for name, value in QUIET.items():
         os.environ.setdefault(name, value)
     grid = Grid(args)
