@@ -189,10 +189,15 @@ class Grid:
         path = self.work / "audits.yaml"
         path.write_text(json.dumps(config, indent=1))  # JSON is YAML
         t = time.perf_counter()
-        out = subprocess.run([CLI, "serve", "--config", str(path), "--once"], cwd=self.work, env=_clean_env(),
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"serve --once failed (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+        for attempt in range(1, 4):  # on a starved machine a worker can miss its start-up timeout: rerun resumes
+            out = subprocess.run([CLI, "serve", "--config", str(path), "--once"], cwd=self.work, env=_clean_env(),
+                                 capture_output=True, text=True)
+            if out.returncode == 0:
+                break
+            print(f"  serve --once failed (exit {out.returncode}, attempt {attempt} of 3): "
+                  f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.stdout[-300:]}", flush=True)
+        else:
+            sys.exit(f"serve --once failed 3 times:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
         secs = time.perf_counter() - t
         print("\n".join(f"  {line}" for line in out.stdout.splitlines() if "audited" in line and " 0 new" not in line)
               + f"\n  serve --once: {secs:.0f}s", flush=True)
