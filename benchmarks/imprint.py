@@ -118,6 +118,22 @@ class Grid:
     def summary_path(self, name: str) -> Path:
         return self.summaries / f"{name}.json"
 
+    def recover(self, name: str, cfg: FinetuneConfig) -> bool:
+        """Record a run that finished while this script was not there to take its summary (it stopped while the
+        pool still trained): the last checkpoint and the gated trace part of the last step exist. Its seconds
+        and loss are unknown (``recovered``)."""
+        last = cfg.checkpoint_folder() / f"step-{cfg.steps:06d}"
+        part = self.root / "training_trace" / name / f"part-{cfg.steps:06d}.parquet"
+        if not ((last / "model.safetensors").exists() and part.exists()):
+            return False
+        self.summaries.mkdir(parents=True, exist_ok=True)
+        self.summary_path(name).write_text(json.dumps(
+            {"run": name, "recovered": True, "optimizer": cfg.optimizer, "pairs": cfg.pairs, "seed": cfg.seed,
+             "steps": cfg.steps, "weight_decay": cfg.weight_decay, "decay_norms": cfg.decay_norms,
+             "folder": str(cfg.checkpoint_folder())}, indent=1))
+        print(f"  {name}: finished earlier, recovered from its last checkpoint and trace part", flush=True)
+        return True
+
     def train_and_audit(self) -> tuple[dict[str, dict], float]:
         """Train every run without a summary (a half-finished run's folders are removed first), ``--jobs`` at a
         time; while the others train, audit the finished grid runs (``serve --once`` on those only).
@@ -128,7 +144,7 @@ class Grid:
         self.summaries.mkdir(parents=True, exist_ok=True)
         todo = []
         for name, cfg in configs.items():
-            if self.summary_path(name).exists():
+            if self.summary_path(name).exists() or self.recover(name, cfg):
                 continue
             shutil.rmtree(cfg.checkpoint_folder(), ignore_errors=True)
             shutil.rmtree(self.root / "training_trace" / name, ignore_errors=True)
@@ -414,6 +430,10 @@ def main() -> None:
         os.environ.setdefault(name, value)
     grid = Grid(args)
     grid.work.mkdir(parents=True, exist_ok=True)
+    stamp = grid.work / "started"  # the first invocation's start: a resumed grid reports its whole wall time
+    if not stamp.exists():
+        stamp.write_text(f"{time.time()}\n")
+    started = float(stamp.read_text())
     wall: dict[str, float] = {}
     print(f"grid: {len(grid.grid)} runs ({args.seeds} seeds x {OPTIMIZERS} x {ARMS}), {args.steps} steps, batch "
           f"{args.batch_size}, max_seq_length {args.max_seq_length}; audits on {args.limit} items of {PROBES}; "
@@ -435,13 +455,16 @@ def main() -> None:
     print_table(table)
     eq = equilibrium_report(grid) if grid.equilibrium else {}
     for name, s in eq_summaries.items():
-        sec = s["seconds"]
-        print(f"{name}: trace {sec['trace']:.0f}s of {sec['total']:.0f}s ({sec['trace'] / sec['total']:.0%}), "
-              f"{s['trace_tokens']:,} padded tokens a traced step; decayed {s['decay_parameters']}")
-    train_s = [s["seconds"]["total"] for s in summaries.values()]
-    print(f"\ngrid runs: {len(train_s)}, seconds each: median {sorted(train_s)[len(train_s) // 2]:.0f}, "
-          f"total {sum(train_s):.0f} (process time in the pool, {args.jobs} at a time)")
-    print("wall: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in wall.items()))
+        if "seconds" in s:
+            sec = s["seconds"]
+            print(f"{name}: trace {sec['trace']:.0f}s of {sec['total']:.0f}s ({sec['trace'] / sec['total']:.0%}), "
+                  f"{s['trace_tokens']:,} padded tokens a traced step; decayed {s['decay_parameters']}")
+    train_s = sorted(s["seconds"]["total"] for s in summaries.values() if "seconds" in s)
+    if train_s:
+        print(f"\ngrid runs with their seconds recorded: {len(train_s)} of {len(summaries)}, wall seconds each: "
+              f"median {train_s[len(train_s) // 2]:.0f} ({args.jobs} at a time)")
+    print("wall of this invocation: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in wall.items()))
+    print(f"wall since the grid's first start: {(time.time() - started) / 60:.1f} min")
     if args.img:
         img = Path(args.img)
         img.mkdir(parents=True, exist_ok=True)
@@ -450,7 +473,8 @@ def main() -> None:
         print(f"figures: {img}/imprint_*.png")
     (grid.work / "imprint.json").write_text(json.dumps(
         {"args": vars(args), "table": table.to_dicts(), "changes": changes.to_dicts(), "equilibrium": eq,
-         "wall_s": wall, "train_s": {n: s["seconds"] for n, s in {**summaries, **eq_summaries}.items()}},
+         "wall_s": wall, "since_first_start_s": time.time() - started,
+         "train_s": {n: s.get("seconds") for n, s in {**summaries, **eq_summaries}.items()}},
         indent=1, default=str))
     if args.default_finetune:
         default_finetune(grid.work)
