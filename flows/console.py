@@ -19,9 +19,10 @@ user named keeps its links.
 
 **Dask's housekeeping.** Dask logs some of its own routine at WARNING: a worker closed while a task runs
 (an interrupted run) reports each cancelled instruction (``distributed.worker.state_machine``), and a nanny
-whose worker is slow to exit at the end of a run says it kills it (``distributed.nanny``). Neither is news
-for the run's user; Dask's documented logging config (``distributed.logging``: logger -> level, through its
-``DASK_DISTRIBUTED__LOGGING`` variable, which the worker processes inherit) raises those two loggers to
+whose worker is slow to exit at the end of a run says it kills it (``distributed.nanny``), and a worker process
+that the interrupt reached before its nanny did has "exit status was already read" (``distributed.process``).
+None is news for the run's user; Dask's documented logging config (``distributed.logging``: logger -> level,
+through its ``DASK_DISTRIBUTED__LOGGING`` variable, which the worker processes inherit) raises those loggers to
 ERROR. A worker restarted for exceeding its memory (``distributed.nanny.memory``) still shows. Workers ended
 after an interrupt may leave a semaphore registered with multiprocessing's resource tracker, which removes it
 when the command exits and warns that it did ("There appear to be 1 leaked semaphore objects"): a warnings
@@ -50,6 +51,7 @@ _FAILED_STATES = ("Finished in state Failed(", "Finished in state Crashed(")
 QUIET_DASK_LOGGERS = {
     "distributed.worker.state_machine": "error",
     "distributed.nanny": "error",
+    "distributed.process": "error",
     "distributed.nanny.memory": "warning",
 }
 # action:message:category:module of Python's warnings filter (message: the start of the warning's text)

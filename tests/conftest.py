@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -16,6 +17,21 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # moto's HTTP server logs every request at INFO; keep test output readable
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def cli_settings_end_with_the_test():
+    """The environment as it was before the test.
+
+    A command run in-process (typer's CliRunner) sets its run's console settings in the process
+    environment, as the CLI does for itself (``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL``, Dask's logging,
+    the libraries' progress bars): in pytest's process they would outlive the test and reach every later
+    test's subprocesses, so ``--verbose`` there would find Prefect already quieted.
+    """
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def shared_data(name: str) -> Path:
