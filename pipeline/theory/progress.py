@@ -14,10 +14,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
+from rich.text import Text
 
 log = logging.getLogger("normaudit.progress")
 
@@ -41,6 +44,17 @@ class StepProgress:
         """End the work (idempotent)."""
 
 
+def _whole() -> dict:
+    return {"table_column": Column(no_wrap=True)}
+
+
+class _InfoColumn(ProgressColumn):
+    """The latest loss or stage, on one line: where the terminal is narrow it is the one cut, with "…"."""
+
+    def render(self, task) -> Text:
+        return Text(task.fields.get("info", ""), no_wrap=True, overflow="ellipsis")
+
+
 class RichStepProgress(StepProgress):
     """A terminal bar: units done of total, the latest loss or stage, time elapsed and time left.
 
@@ -54,9 +68,12 @@ class RichStepProgress(StepProgress):
     def start(self, label: str, total: int, unit: str = "steps") -> None:
         self.finish()
         super().start(label, total, unit)
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[info]}"),
-                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), transient=False)
+        # The counts and times first and whole; the stage or loss last, cut with "…" where the terminal is narrow
+        # (a long run name once pushed the counts off an 80-column line).
+        self._bar = Progress(TextColumn("{task.description}", **_whole()), BarColumn(bar_width=24),
+                             MofNCompleteColumn(**_whole()), TextColumn("{task.fields[unit]}", **_whole()),
+                             TimeElapsedColumn(**_whole()), TextColumn("left", **_whole()),
+                             TimeRemainingColumn(**_whole()), _InfoColumn(), transient=False)
         self._bar.start()
         self._task = self._bar.add_task(label, total=total, unit=unit, info="")
 
