@@ -340,3 +340,16 @@ def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model
     assert "step-000000 → step-000002:" in page and "step-000002 → step-000004:" in page
     again = _cli("serve", "--config", str(config), "--once", env=env, timeout=600)
     assert again.returncode == 0 and "tiny-ft: audited 0 new release(s)" in again.stdout
+
+
+def test_the_finetune_commands_defaults_are_the_configs():
+    """The CLI spells its defaults out (it imports no torch to show --help): they must stay the config's."""
+    import typer.main
+
+    from pipeline.cli.main import app
+
+    command = typer.main.get_command(app).commands["theory"].commands["finetune"]
+    cfg = FinetuneConfig()
+    shared = {p.name: p.default for p in command.params if p.name in FinetuneConfig.model_fields and p.name != "lr"}
+    assert {"steps", "batch_size", "trace_nouns", "trace_definitions", "trace_every"} <= set(shared)
+    assert shared == {name: getattr(cfg, name) for name in shared}

@@ -68,7 +68,7 @@ class TraceEncoder:
     Why: the trace runs after every optimizer step, so its cost is paid ``steps`` times. The texts never
     change during a run, so they are tokenized once (:meth:`sentence_transformers.SentenceTransformer.preprocess`,
     as ``encode`` does), sorted by token count and cut into batches of at most ``max_batch`` texts and
-    ``max_tokens`` padded tokens. For MiniLM's default sample (300 nouns, 150 definitions) that is 4,471
+    ``max_tokens`` padded tokens. For MiniLM and 300 nouns and 150 definitions that is 4,471
     padded tokens a trace for 3,693 real ones, where four batches of 128 in sample order (4-token nouns
     padded to 48-token definitions) ran 11,484. Each step is one no-grad forward per batch in eval mode.
     Padding is masked out of attention and mean pooling, so the vectors equal those of any other batching
