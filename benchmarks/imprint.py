@@ -360,8 +360,9 @@ def default_finetune(work: Path) -> None:
 
 
 def trace_cost(model: str, reps: int) -> None:
-    """The default trace sample embedded the old way (batches of 128 in sample order, tokenized each time) and by
-    :class:`~pipeline.theory.trace.TraceEncoder`, interleaved, in this process: CPU seconds, padded tokens, ratio."""
+    """The 450-item trace sample (300 nouns, 150 definitions: the default until issue 28) embedded the old way
+    (batches of 128 in sample order, tokenized each time) and by :class:`~pipeline.theory.trace.TraceEncoder`,
+    interleaved, in this process: CPU seconds, padded tokens, ratio."""
     import numpy as np
     import torch
 
