@@ -71,7 +71,8 @@ def test_template_sentences_refuse_what_the_word_list_cannot_give(tmp_path):
 # ---------------------------------------------------------------- shard sizes
 def test_default_shard_size_grows_with_the_set_in_nesting_steps():
     assert default_shard_size(1) == default_shard_size(50_000) == SHARD_SIZE
-    assert default_shard_size(100_000) == 8192 and default_shard_size(1_000_000) == MAX_AUTO_SHARD_SIZE
+    assert default_shard_size(100_000) == 8192 and default_shard_size(1_000_000) == 65_536
+    assert default_shard_size(5_000_000) == MAX_AUTO_SHARD_SIZE == 131_072
     assert default_shard_size(10**9) == MAX_AUTO_SHARD_SIZE
     for n in (1, 4095, 65_535, 65_536, 262_144, 999_999, 10**7):
         size = default_shard_size(n)

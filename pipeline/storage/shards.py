@@ -23,7 +23,10 @@ from pipeline.storage.store import Manifest, Store
 
 SHARD_SIZE = 4096  # items per shard of a small set (settings.shard_size, when given, decides)
 MIN_AUTO_SHARDS = 8  # a set gets larger shards only while it still makes at least this many
-MAX_AUTO_SHARD_SIZE = 32768
+# The flow spends ~0.14 CPU-s per shard (its Prefect task run submitted and read, its batch commit): at the
+# 330,000 items/s of an 8-GPU run, 32,768-item shards would need 1.4 flow cores, 131,072-item ones 0.35.
+# A part of 131,072 MiniLM vectors is ~200 MB of float32 (768-d: ~400 MB), written by the worker that made it.
+MAX_AUTO_SHARD_SIZE = 131072
 # item_id -> text_sha256 of the rows of one part (None: a part written before rows carried the hash)
 PartRows = dict[str, str | None]
 
@@ -151,10 +154,11 @@ def default_shard_size(n_items: int) -> int:
     """Items per shard when the settings give none: :data:`SHARD_SIZE`, doubled while the set still makes
     at least :data:`MIN_AUTO_SHARDS` shards, up to :data:`MAX_AUTO_SHARD_SIZE`.
 
-    Each shard costs a fixed amount besides its items (two Prefect task runs, a GX validation, a commit
-    and a manifest rewrite): a fraction of a second, which at 4,096 items of a sentence is about a tenth of
-    its embedding on two CPU cores. Large sets get larger shards (a million items: 32,768 per shard, 31
-    shards); small ones keep enough shards to spread over the workers and to lose little when interrupted.
+    Each shard costs a fixed amount besides its items (a Prefect task run, a GX validation on its worker, a
+    place in a batched manifest write): a fraction of a second, which at 4,096 items of a sentence is about a
+    tenth of its embedding on two CPU cores, and which the one flow process pays for every shard. Large sets
+    get larger shards (a million items: 65,536 per shard, 16 shards; 5 million: 131,072, 39 shards); small
+    ones keep enough shards to spread over the workers and to lose little when interrupted.
     Every size is 4,096 times a power of two, so shards of two sizes nest: a part committed at one size is
     inside a shard of a larger size, which supersedes it (:func:`superseded_parts`), or covers a shard of a
     smaller one, which is then done (:func:`pending_shards`).
