@@ -68,9 +68,11 @@ class RichProgress(LogProgress):
     """
 
     def __init__(self, transient: bool = False, delay_s: float = 0.0, console=None):
+        # Redrawn twice a second, not rich's default ten: the bars live in the flow's process for the whole audit,
+        # and at 10 Hz the redraws alone cost it 0.56% of a core in a pipe (0.112 CPU-s in 20 s; 0.020 at 2 Hz).
         self._bar = Progress(SpinnerColumn(finished_text=" "), TextColumn("{task.description}"), BarColumn(),
                              MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                             transient=transient, console=console)
+                             transient=transient, console=console, refresh_per_second=2)
         self._delay_s = delay_s
         # a transient bar leaves nothing behind: in a file or a pipe (no terminal) it is not drawn at all
         self._drawn = not transient or self._bar.console.is_terminal
