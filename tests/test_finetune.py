@@ -299,8 +299,9 @@ def test_finetune_then_serve_once_audits_each_checkpoint_as_a_release(tiny_model
                "--optimizer", "sgd", "--run", "tiny", "--out", str(ckpt), "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "checkpoints: 3" in out.stdout and "norm formula" in out.stdout
-    # the progress bar's last state (steps of total, loss, elapsed, left), the trace's share, nothing else
-    assert re.search(r"fine-tune tiny .* 4/4 steps loss \d+\.\d{4} \d+:\d\d:\d\d left", out.stdout), out.stdout
+    # the progress bar's last state (steps of total, elapsed, left, loss), the trace's share, nothing else
+    assert re.search(r"fine-tune tiny .* 4/4 steps \d+:\d\d:\d\d left \d+:\d\d:\d\d loss \d+\.\d{4}", out.stdout), \
+        out.stdout
     assert re.search(r"trace: \d+s of \d+s wall \(\d+%; [\d,]+ padded tokens a traced step\)", out.stdout)
     for chatter in ("Computing widget examples", "Loading weights", "it/s", "INFO", "Warning"):
         assert chatter not in out.stdout + out.stderr, chatter
