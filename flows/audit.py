@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
-from flows.interrupts import Interrupted, interrupt_signal, is_interrupt, shielded
+from flows.interrupts import Interrupted, interrupt_in, interrupt_signal, is_interrupt, shielded
 from flows.runners import (
     InFlightWindow,
     api_lost,
@@ -289,7 +289,7 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
 
 
 def _signal_name(exc: BaseException) -> str:
-    signum = getattr(exc, "signal", None)  # Prefect's TerminationSignal carries it
+    signum = getattr(interrupt_in(exc) or exc, "signal", None)  # Prefect's TerminationSignal carries it
     if signum is not None:
         return signal.Signals(signum).name
     # the CLI's handler noted the signal; ``exc`` may be a library's error wrapped around the interrupt

@@ -31,14 +31,30 @@ class Interrupted(KeyboardInterrupt):
 
 def is_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is Ctrl-C or SIGTERM (as Python or as Prefect raise them); if so, it is being acted on."""
-    # imported here: the CLI installs its handlers before Prefect is imported (seconds of imports)
-    from prefect.exceptions import TerminationSignal
-
-    if isinstance(exc, (KeyboardInterrupt, TerminationSignal)) or _interrupted.is_set():
-        # after a Ctrl-C any error is its consequence: a library may wrap the KeyboardInterrupt in its own error
+    if _interrupted.is_set() or interrupt_in(exc) is not None:
+        # after a Ctrl-C any error is its consequence: a library may wrap the KeyboardInterrupt in its own error.
+        # SIGTERM during a flow meets Prefect's handler, not ours (no flag set): raised inside a pydantic
+        # serializer, its TerminationSignal comes out as PydanticSerializationError, with it as the cause.
         _pending.clear()
         return True
     return False
+
+
+def interrupt_in(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or Prefect TerminationSignal ``exc`` is or was raised from, if any."""
+    # imported here: the CLI installs its handlers before Prefect is imported (seconds of imports)
+    from prefect.exceptions import TerminationSignal
+
+    return next((e for e in _chain(exc) if isinstance(e, (KeyboardInterrupt, TerminationSignal))), None)
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from or while handling (``__cause__``, ``__context__``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def interrupt_seen() -> bool:

@@ -171,4 +171,7 @@ def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(
     assert out.returncode == 0, out.stderr[-3000:]
     seconds, message = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert message.startswith("the temporary Prefect API (pid") and "exited with code -9 during the run" in message
-    assert float(seconds) < 30  # the engine's crash report retries 2 + 4 + 8 s, then gives up: not minutes
+    # each call the engine still makes to the lost API (the flow's crash report, a task's state) waits out 3 retries
+    # (2 + 4 + 8 s) and gives up: 14-51 s measured, depending on where the kill lands; Prefect's default 5 retries
+    # would make it ~62 s a call, minutes in all
+    assert float(seconds) < 60

@@ -370,3 +370,24 @@ def test_a_worker_closed_mid_task_logs_nothing_under_the_quiet_console(tmp_path)
     assert all(r.returncode == 0 for r in runs.values()), {m: r.stderr[-2000:] for m, r in runs.items()}
     assert "distributed.worker.state_machine - WARNING" in runs["plain"].stderr, runs["plain"].stderr[-2000:]
     assert "distributed." not in runs["quiet"].stderr, runs["quiet"].stderr[-2000:]
+
+
+def test_a_signal_a_library_wrapped_in_its_own_error_is_still_an_interrupt():
+    """CI: SIGTERM reached Prefect's handler (a flow runs) while pydantic serialized Prefect's settings, and came
+    out as PydanticSerializationError; the CLI took it for a failure (exit 1) instead of an interrupt (130)."""
+    from prefect.exceptions import TerminationSignal
+    from pydantic import BaseModel, model_serializer
+
+    from flows.interrupts import interrupt_in, is_interrupt
+
+    class Settings(BaseModel):
+        @model_serializer
+        def serialize(self):
+            raise TerminationSignal(signal.SIGTERM)
+
+    with pytest.raises(Exception) as caught:
+        Settings().model_dump()
+    assert not isinstance(caught.value, (KeyboardInterrupt, TerminationSignal))  # the library's own error
+    assert is_interrupt(caught.value)
+    assert interrupt_in(caught.value).signal == signal.SIGTERM  # what the run record names
+    assert interrupt_in(ValueError("a failure")) is None
