@@ -134,10 +134,8 @@ def finetune(
                                 ] = 30,
     trace_every: Annotated[int, typer.Option(help="trace the probe sample every s steps (1: what the formula needs)")
                            ] = 1,
-    trace_nouns: Annotated[int, typer.Option(help="WordNet nouns in the traced sample")
-                           ] = 120,
-    trace_definitions: Annotated[int, typer.Option(help="test-split definitions in the traced sample")
-                                 ] = 60,
+    trace_nouns: Annotated[int, typer.Option(help="WordNet nouns in the traced sample")] = 120,
+    trace_definitions: Annotated[int, typer.Option(help="test-split definitions in the traced sample")] = 60,
     max_seq_length: Annotated[int, typer.Option(help="tokens per text while training (and in the checkpoints)")
                               ] = 64,
     decay_norms: Annotated[bool, typer.Option(

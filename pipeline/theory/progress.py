@@ -44,8 +44,9 @@ class StepProgress:
         """End the work (idempotent)."""
 
 
-def _whole() -> dict:
-    return {"table_column": Column(no_wrap=True)}
+def _whole() -> Column:
+    """A column kept on one line, never cut (each column needs its own)."""
+    return Column(no_wrap=True)
 
 
 class _InfoColumn(ProgressColumn):
@@ -70,10 +71,11 @@ class RichStepProgress(StepProgress):
         super().start(label, total, unit)
         # The counts and times first and whole; the stage or loss last, cut with "…" where the terminal is narrow
         # (a long run name once pushed the counts off an 80-column line).
-        self._bar = Progress(TextColumn("{task.description}", **_whole()), BarColumn(bar_width=24),
-                             MofNCompleteColumn(**_whole()), TextColumn("{task.fields[unit]}", **_whole()),
-                             TimeElapsedColumn(**_whole()), TextColumn("left", **_whole()),
-                             TimeRemainingColumn(**_whole()), _InfoColumn(), transient=False)
+        self._bar = Progress(TextColumn("{task.description}", table_column=_whole()), BarColumn(bar_width=24),
+                             MofNCompleteColumn(table_column=_whole()),
+                             TextColumn("{task.fields[unit]}", table_column=_whole()),
+                             TimeElapsedColumn(table_column=_whole()), TextColumn("left", table_column=_whole()),
+                             TimeRemainingColumn(table_column=_whole()), _InfoColumn(), transient=False)
         self._bar.start()
         self._task = self._bar.add_task(label, total=total, unit=unit, info="")
 
