@@ -164,16 +164,21 @@ def current_api() -> TemporaryAPI | None:
 
 # Dask's periodic callbacks, slower than its defaults (documented config keys). The local scheduler and the nannies
 # run in the CLI's process, the one every audit passes through: at the defaults (a 20 ms event-loop tick, a system
-# monitor every 0.5 s, a memory check per nanny every 0.1 s, work stealing every 0.1 s) an idle 2-worker cluster
-# cost that process 5% of a core (1.98 CPU-s in 40 s), 1.4% at these, time the flow spends waiting on the shards.
-# There is no dashboard to feed, a worker past its memory limit is stopped within half a second instead of a tenth,
-# and with a few shards in flight per thread there is little to steal.
+# monitor every 0.5 s reading the host's disk counters, a memory check per nanny every 0.1 s, work stealing every
+# 0.1 s) the cluster's event loop cost that process 3.4% of a core while two workers computed, 0.8% at these (40 s
+# each, benchmarks/idle_cluster.py): time the flow spends waiting on the shards. The tick only measures how long the
+# loop was blocked (Dask warns past 3 s whatever the interval); there is no dashboard to feed the system monitor; a
+# worker past its memory limit is stopped within half a second instead of a tenth; with a few shards in flight per
+# thread there is little to steal.
 QUIET_CLOCKS = {
-    "distributed.admin.tick.interval": "200ms",
-    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "10s",
+    "distributed.admin.system-monitor.disk": False,
     "distributed.worker.memory.monitor-interval": "500ms",
     "distributed.scheduler.work-stealing-interval": "500ms",
 }
+# How long the cluster's start-up thread waits for the nannies to be built (they read their clocks then).
+_NANNIES_BUILT_S = 10.0
 
 
 def local_cluster_kwargs(settings, api_url: str | None = None) -> dict:
@@ -244,14 +249,25 @@ def start_local_cluster(settings) -> Future | None:
                 timeout = dask.config.get("distributed.scheduler.no-workers-timeout") or NO_WORKERS_TIMEOUT
                 with dask.config.set({"distributed.scheduler.no-workers-timeout": timeout, **QUIET_CLOCKS}):
                     cluster = LocalCluster(**{**kwargs, "n_workers": 0})
-                cluster.scale(kwargs["n_workers"])
-                future.set_result(cluster)
+                    cluster.scale(kwargs["n_workers"])
+                    future.set_result(cluster)
+                    # Each nanny reads its clocks when it is built, on the cluster's event loop after scale(): the
+                    # block stays open until then (closed earlier, the nannies ran at Dask's defaults).
+                    _wait_for_nannies(cluster, kwargs["n_workers"])
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
 
         Thread(target=run, name="normaudit-local-cluster", daemon=True).start()
         _cluster = (kwargs, future)
     return _cluster[1]
+
+
+def _wait_for_nannies(cluster, n: int, timeout: float = _NANNIES_BUILT_S) -> None:
+    """Return once ``cluster`` has built ``n`` worker objects (not waiting for their processes), or after
+    ``timeout`` seconds (a nanny that fails to build is reported by the cluster itself)."""
+    deadline = time.monotonic() + timeout
+    while len(cluster.workers) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _close_cluster(future: Future) -> None:

@@ -97,6 +97,13 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
         # a lost worker that never comes back fails its tasks after two minutes instead of a wait forever
         assert cluster.scheduler.no_workers_timeout == 120
+        # the slower clocks reach the scheduler and the nannies, which live in this process and are built after
+        # the scheduler (at Dask's defaults they cost it 5% of a core while the workers compute)
+        servers = [cluster.scheduler, *cluster.workers.values()]
+        assert [s.periodic_callbacks["tick"].callback_time for s in servers] == [1000, 1000]
+        assert [s.periodic_callbacks["monitor"].callback_time for s in servers] == [10000, 10000]
+        assert [s.monitor.monitor_disk_io for s in servers] == [False, False]
+        assert cluster.workers[0].periodic_callbacks["memory_monitor"].callback_time == 500
     finally:
         cluster.close()
     again = take_local_cluster(settings)
