@@ -165,7 +165,7 @@ def current_api() -> TemporaryAPI | None:
 # Dask's periodic callbacks, slower than its defaults (documented config keys). The local scheduler and the nannies
 # run in the CLI's process, the one every audit passes through: at the defaults (a 20 ms event-loop tick, a system
 # monitor every 0.5 s reading the host's disk counters, a memory check per nanny every 0.1 s, work stealing every
-# 0.1 s) the cluster's event loop cost that process 3.4% of a core while two workers computed, 0.8% at these (40 s
+# 0.1 s) the cluster's event loop cost that process 5.2% of a core while two workers computed, 0.85% at these (40 s
 # each, benchmarks/idle_cluster.py): time the flow spends waiting on the shards. The tick only measures how long the
 # loop was blocked (Dask warns past 3 s whatever the interval); there is no dashboard to feed the system monitor; a
 # worker past its memory limit is stopped within half a second instead of a tenth; with a few shards in flight per
