@@ -177,8 +177,6 @@ QUIET_CLOCKS = {
     "distributed.worker.memory.monitor-interval": "500ms",
     "distributed.scheduler.work-stealing-interval": "500ms",
 }
-# How long the cluster's start-up thread waits for the nannies to be built (they read their clocks then).
-_NANNIES_BUILT_S = 10.0
 
 
 def local_cluster_kwargs(settings, api_url: str | None = None) -> dict:
@@ -247,27 +245,20 @@ def start_local_cluster(settings) -> Future | None:
                 # for NO_WORKERS_TIMEOUT fail (Dask's own setting, unless the user set it): a lost
                 # worker that never comes back ends the audit with an error instead of a wait forever.
                 timeout = dask.config.get("distributed.scheduler.no-workers-timeout") or NO_WORKERS_TIMEOUT
-                with dask.config.set({"distributed.scheduler.no-workers-timeout": timeout, **QUIET_CLOCKS}):
+                # The clocks are set for this process, not for a block: each nanny reads them when it is built, on
+                # the cluster's event loop after scale() has returned (a block closed by then left the nannies at
+                # Dask's defaults), and again whenever Dask builds one.
+                dask.config.set(QUIET_CLOCKS)
+                with dask.config.set({"distributed.scheduler.no-workers-timeout": timeout}):
                     cluster = LocalCluster(**{**kwargs, "n_workers": 0})
-                    cluster.scale(kwargs["n_workers"])
-                    future.set_result(cluster)
-                    # Each nanny reads its clocks when it is built, on the cluster's event loop after scale(): the
-                    # block stays open until then (closed earlier, the nannies ran at Dask's defaults).
-                    _wait_for_nannies(cluster, kwargs["n_workers"])
+                cluster.scale(kwargs["n_workers"])
+                future.set_result(cluster)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
 
         Thread(target=run, name="normaudit-local-cluster", daemon=True).start()
         _cluster = (kwargs, future)
     return _cluster[1]
-
-
-def _wait_for_nannies(cluster, n: int, timeout: float = _NANNIES_BUILT_S) -> None:
-    """Return once ``cluster`` has built ``n`` worker objects (not waiting for their processes), or after
-    ``timeout`` seconds (a nanny that fails to build is reported by the cluster itself)."""
-    deadline = time.monotonic() + timeout
-    while len(cluster.workers) < n and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _close_cluster(future: Future) -> None:
