@@ -112,8 +112,13 @@ class Columns:
 
     def strings(self, col: str, role: str = "", integers: bool = False) -> list[str | None]:
         """Column ``col`` as strings; with ``integers`` whole numbers are allowed too (ids such as 17)."""
+        values = self.require(col, role)
+        # the common case in C loops (a million values: ~0.05 s instead of ~0.7 s); any other goes value by value
+        if set(map(type, values)) <= {str, type(None)} and max(map(len, filter(None, values)), default=0) <= \
+                MAX_TEXT_CHARS:
+            return list(values)
         out: list[str | None] = []
-        for i, v in enumerate(self.require(col, role)):
+        for i, v in enumerate(values):
             if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
                 raise ProbeInputError(
                     f"{self.url}: column {col!r} at {self.where(i)} holds {len(v):,} characters, over the "
@@ -133,8 +138,11 @@ class Columns:
 
     def numbers(self, col: str) -> list[float | None]:
         """Column ``col`` as floats (``None`` where empty); text that is not a number is an error."""
+        values = self.require(col)
+        if set(map(type, values)) <= {float, type(None)}:  # a float column of a Parquet file: nothing to convert
+            return list(values)
         out: list[float | None] = []
-        for i, v in enumerate(self.require(col)):
+        for i, v in enumerate(values):
             if v is None or (isinstance(v, str) and not v.strip()):
                 out.append(None)
                 continue
