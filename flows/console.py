@@ -32,8 +32,9 @@ filter in ``PYTHONWARNINGS``, which the tracker process inherits, ignores that o
 task run, the subflow, the flow: three tracebacks for one bad shard), then the CLI prints the
 error once with where its details are (the quarantine folder and GX result, the ``runs``
 record). :func:`failures_once_on_console` filters those records off the console; the Prefect
-API's run logs keep them in full. Expected failures are the CLI's to report; an unexpected one
-still ends in one traceback, the CLI's own.
+API's run logs keep them in full. A run interrupted before its engine made the run's logger reports its crash
+through ``prefect.engine`` instead; that one record is filtered too, and the rest of that logger shows.
+Expected failures are the CLI's to report; an unexpected one still ends in one traceback, the CLI's own.
 
 Only environment settings that Prefect and Dask document, and the standard ``logging`` API, are used.
 """
@@ -45,7 +46,11 @@ import logging
 import os
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+# A run's engine logs through "prefect.engine" until it has made the run's own logger: an interrupt in that
+# window reports the run's crash there (Prefect 3's flow and task engines start with get_logger("engine")).
+ENGINE_LOGGER = "prefect.engine"
 _FAILED_STATES = ("Finished in state Failed(", "Finished in state Crashed(")
+_CRASH = "Crash detected!"
 # Dask loggers whose warnings are its housekeeping (see the module docstring), by level; a logger's own level
 # holds for it alone, so the children named below keep theirs.
 QUIET_DASK_LOGGERS = {
@@ -62,6 +67,8 @@ class FailureRecordsFilter(logging.Filter):
     """Drop flow and task run records that report a failure: an exception, or a failed final state."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == ENGINE_LOGGER:
+            return not str(record.msg).startswith((_CRASH, *_FAILED_STATES))
         if not record.name.startswith(RUN_LOGGERS):
             return True
         if record.exc_info or record.levelno >= logging.ERROR:

@@ -42,6 +42,10 @@ def test_the_console_filter_drops_only_run_failure_records():
     assert keep(_record("prefect.flow_runs", logging.INFO, "Finished in state Completed()"))
     assert keep(_record("prefect.flow_runs", logging.WARNING, "abandoned run x: recorded as abandoned"))
     assert keep(_record("distributed.nanny", logging.ERROR, "worker process died", exc=True))  # not a run's
+    # a run interrupted before its engine made the run's logger reports its crash through the engine's
+    assert not keep(_record("prefect.engine", logging.ERROR, "Crash detected! Execution was aborted by an "
+                                                             "interrupt signal."))
+    assert keep(_record("prefect.engine", logging.ERROR, "Invalid flow entrypoint. Expected one argument"))
 
 
 @pytest.fixture(scope="module")
