@@ -288,6 +288,29 @@ def end_local_workers(grace_s: float = 0.5) -> int:
     return len(workers)
 
 
+# Loggers through which a nanny whose worker was ended reports its failed start, with a traceback.
+TEARDOWN_LOGGERS = ("tornado.application", "distributed.nanny", "distributed.deploy.spec")
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: ARG002 - the logging.Filter protocol
+        return False
+
+
+def silence_cluster_teardown() -> None:
+    """Keep the local cluster's teardown after an interrupt off the terminal: expected, and noise under the
+    run's one error line.
+
+    A filter, not a level: importing ``distributed`` sets these loggers' levels from its logging config, and
+    the cluster's start-up thread may still be importing it when an early interrupt comes (CI once saw
+    "Nanny failed to start" with its traceback after a Ctrl-C during the pre-flight).
+    """
+    for name in TEARDOWN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropAll) for f in logger.filters):
+            logger.addFilter(_DropAll())
+
+
 def close_local_cluster(future: Future, timeout: float, interrupted: bool = False) -> None:
     """Close a local cluster, waiting up to ``timeout`` for it; after an interrupt, without waiting for workers.
 
@@ -305,10 +328,7 @@ def close_local_cluster(future: Future, timeout: float, interrupted: bool = Fals
     if not interrupted:
         close()
         return
-    # A nanny whose worker was ended here reports its failed start through tornado's and distributed's loggers,
-    # with a traceback: expected at this point, and noise under the run's one error line.
-    for name in ("tornado.application", "distributed.nanny", "distributed.deploy.spec"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    silence_cluster_teardown()
     closer = Thread(target=close, name="normaudit-close-cluster", daemon=True)
     closer.start()
     deadline = time.monotonic() + timeout

@@ -125,6 +125,28 @@ def test_a_cluster_started_for_other_settings_is_closed_not_leaked():
         second.result(timeout=120).close()
 
 
+@pytest.mark.parametrize("silenced", [True, False])
+def test_teardown_silenced_before_distributed_is_imported_stays_silent(silenced):
+    """An interrupt can come while the cluster's start-up thread still imports distributed, whose logging config
+    then sets the teardown loggers' levels: the silence must outlast that import (a level did not; CI printed a
+    nanny's failed start with its traceback). Unsilenced, the same records show: the check can fail."""
+    script = textwrap.dedent(f"""
+        import logging, sys
+        import flows.boot
+        assert "distributed" not in sys.modules
+        if {silenced}:
+            flows.boot.silence_cluster_teardown()
+        import distributed  # noqa: F401 - its logging config is what this checks against
+        for name in flows.boot.TEARDOWN_LOGGERS:
+            logging.getLogger(name).error("teardown record from %s", name)
+        logging.getLogger("distributed.scheduler").error("a scheduler error still shows")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "a scheduler error still shows" in done.stderr
+    assert ("teardown record" in done.stderr) is not silenced, done.stderr
+
+
 def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(tmp_path):
     """The theory lab's audits nest prefect_api() inside its own: the inner block must reuse this process's
     temporary API, not stop it (it did, and the lab failed with ConnectError, then hung). And a run whose API
