@@ -109,6 +109,20 @@ def ignore_further_interrupts() -> None:
             signal.signal(s, _note_stopping)
 
 
+def ignore_interrupts_to_exit() -> None:
+    """Right before the CLI exits after an interrupt: a further Ctrl-C or SIGTERM is ignored outright.
+
+    A Python handler would not last to the end: once the exit handlers have run, Python puts back the default
+    action of every signal with a Python handler, and a second Ctrl-C landing while it tears its modules down
+    (a CI run caught one 0.3 s after the first) killed the CLI by the signal instead of letting it return the
+    130 it was about to return. An ignored signal stays ignored. What is left to run is bounded (the
+    temporary API's stop waits at most 5 s before it kills the server).
+    """
+    if _in_main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -192,6 +206,7 @@ def interruptible(command):
                 from flows.boot import stop_after_interrupt  # imports nothing heavy
 
                 stop_after_interrupt()  # a local cluster no run took yet (the interrupt came first)
+                ignore_interrupts_to_exit()
                 raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return run

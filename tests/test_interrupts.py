@@ -391,3 +391,45 @@ def test_a_signal_a_library_wrapped_in_its_own_error_is_still_an_interrupt():
     assert is_interrupt(caught.value)
     assert interrupt_in(caught.value).signal == signal.SIGTERM  # what the run record names
     assert interrupt_in(ValueError("a failure")) is None
+
+
+_SECOND_CTRL_C_AT_TEARDOWN = """
+import os, signal, sys, time
+
+import typer
+
+from flows.interrupts import interruptible
+
+
+class SecondCtrlCAtTeardown:
+    # Its __del__ runs while Python tears down its modules: after the exit handlers, when Python has put back
+    # the default action of every signal that had a Python handler.
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # a signal is acted on at once; the sleep only leaves it time
+
+
+keeper = SecondCtrlCAtTeardown()
+app = typer.Typer()
+
+
+@app.command()
+@interruptible
+def main():
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, as the terminal sends it
+    time.sleep(5)
+
+
+app()
+"""
+
+
+def test_a_second_ctrl_c_while_python_tears_down_still_exits_130(tmp_path):
+    """CI: an impatient second Ctrl-C 0.3 s after the first landed after the one error line, while Python tore
+    its modules down, and killed the CLI by the signal (a parent saw -2, not 130)."""
+    script = tmp_path / "second_ctrl_c.py"
+    script.write_text(_SECOND_CTRL_C_AT_TEARDOWN)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == ["error: interrupted; nothing was recorded yet"], done.stderr
