@@ -23,6 +23,7 @@ import threading
 import typer
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a terminal's Ctrl-C, a service manager's stop
 
 
 class Interrupted(KeyboardInterrupt):
@@ -104,9 +105,7 @@ def _note_stopping(signum, frame) -> None:  # noqa: ARG001 - the signal handler 
 
 def ignore_further_interrupts() -> None:
     """After the run recorded its end: a further Ctrl-C or SIGTERM only notes that the CLI is exiting."""
-    if _in_main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, _note_stopping)
+    _handle_interrupts(_note_stopping)
 
 
 def ignore_interrupts_to_exit() -> None:
@@ -118,9 +117,13 @@ def ignore_interrupts_to_exit() -> None:
     130 it was about to return. An ignored signal stays ignored. What is left to run is bounded (the
     temporary API's stop waits at most 5 s before it kills the server).
     """
-    if _in_main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
+    _handle_interrupts(signal.SIG_IGN)
+
+
+def _handle_interrupts(handler) -> None:
+    if _in_main_thread():  # signal handlers belong to the main thread
+        for s in INTERRUPT_SIGNALS:
+            signal.signal(s, handler)
 
 
 def _in_main_thread() -> bool:
@@ -149,7 +152,7 @@ def terminate_as_interrupt():
         return
     _interrupted.clear()
     _first_signal.clear()
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, _raise_interrupt) for s in INTERRUPT_SIGNALS}
     previous_hook = sys.unraisablehook
     sys.unraisablehook = functools.partial(_note_lost, previous=previous_hook)
     try:
@@ -177,7 +180,7 @@ def shielded(note: str = "stopping: finishing the cleanup first"):
             print(note, file=sys.stderr, flush=True)
         received.append(signum)
 
-    previous = {s: signal.signal(s, defer) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, defer) for s in INTERRUPT_SIGNALS}
     try:
         yield
     finally:
