@@ -7,11 +7,13 @@ import polars as pl
 
 from pipeline.analysis.replicates import POISSON
 from pipeline.analysis.retrieval import register_retrieval_tables
-from pipeline.analysis.sql import DEFAULT_PARAMS, record_staged, run_query, staged_for
+from pipeline.analysis.retrieval_intervals import SIGNAL_COLUMNS, stage_retrieval_replicates
+from pipeline.analysis.sql import DEFAULT_PARAMS, forget_staged, record_staged, run_query, staged_for
+from pipeline.analysis.token_intervals import token_intervals
 
-# n_resamples and ci_method: the bootstrap's replicates behind an interval and the method that made it; null
-# where the query computes its interval itself (its header says how: hypernym_pairs' Wilson interval, the
-# retrieval analyses' normal ones), and in results stored before they existed
+# n_resamples and ci_method: the bootstrap's replicates behind an interval and the method that made it
+# (n_resamples null for an interval a query computes itself: hypernym_pairs' Wilson score interval, the
+# normal-approximation intervals of the retrieval means); both null in results stored before they existed
 RESULT_COLUMNS = [
     "run_id", "analysis", "model", "release", "probe_set", "property", "statistic",
     "value", "ci_low", "ci_high", "n", "n_resamples", "ci_method",
@@ -20,13 +22,20 @@ RESULT_COLUMNS = [
 # what it needs (no hypernym relations, no token table, no retrieval probe set).
 AUDIT_ANALYSES = [
     "norm_vs_property", "norm_by_bin", "hypernym_pairs", "token_norm_vs_frequency",
-    "retrieval_calibration", "norm_rescoring",
+    "retrieval_calibration", "retrieval_signals", "norm_rescoring",
 ]
 # Companion queries whose ci_low/ci_high are joined onto an analysis's rows
 # by (probe_set, property, statistic).
 CI_QUERIES = {"norm_vs_property": "norm_vs_property_ci"}
 # Analyses reading the tables the retrieval search registers on the connection (pipeline/analysis/retrieval.py).
-RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "norm_rescoring"})
+RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "retrieval_signals", "norm_rescoring"})
+# Analyses computed in Python (no SQL file): their rows come from the query-level bootstrap
+PYTHON_ANALYSES = frozenset({"retrieval_signals"})
+# ci_method of the intervals a query computes itself
+QUERY_CI_METHODS = {"hypernym_pairs": "wilson score", "retrieval_calibration": "normal approximation",
+                    "norm_rescoring": "normal approximation"}
+# the temporary table of retrieval_signals' rows, staged with the retrieval replicates
+SIGNALS_TABLE = "stg_retrieval_signals"
 _CI_KEYS = ["probe_set", "property", "statistic"]
 
 
@@ -52,6 +61,29 @@ def ensure_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, release:
         return
     register_retrieval_tables(con, model, release)
     record_staged(con, "retrieval", model, release)
+    forget_staged(con, SIGNALS_TABLE)
+
+
+def ensure_retrieval_intervals(con: duckdb.DuckDBPyConnection, model: str, release: str, seed: int,
+                               resamples: int, **_: object) -> pl.DataFrame:
+    """The query-level bootstrap of every retrieval set (:mod:`pipeline.analysis.retrieval_intervals`), once
+    per connection, release, seed and resamples: returns the intervals of ``retrieval_calibration``'s rows and
+    stages ``retrieval_signals``' rows as :data:`SIGNALS_TABLE`."""
+    ensure_retrieval_tables(con, model, release)
+    scope = f"seed={seed} resamples={resamples}"
+    if staged_for(con, SIGNALS_TABLE) != (model, release, scope):
+        intervals, signals = stage_retrieval_replicates(con, seed, resamples)
+        con.register("retrieval_intervals_input", intervals)
+        con.register("retrieval_signals_input", signals)
+        try:
+            con.execute("create or replace temp table stg_retrieval_intervals as "
+                        "select * from retrieval_intervals_input")
+            con.execute(f"create or replace temp table {SIGNALS_TABLE} as select * from retrieval_signals_input")
+        finally:
+            con.unregister("retrieval_intervals_input")
+            con.unregister("retrieval_signals_input")
+        record_staged(con, SIGNALS_TABLE, model, release, scope)
+    return con.sql("select * from stg_retrieval_intervals").pl()
 
 
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str, run_id: str,
@@ -71,15 +103,45 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release:
     bound = {**DEFAULT_PARAMS, **params, "model": model, "release": release}
     if name in RETRIEVAL_ANALYSES:
         ensure_retrieval_tables(con, model, release)
-    frame = run_query(con, name, **bound)
+    if name in PYTHON_ANALYSES:
+        ensure_retrieval_intervals(con, **bound)
+        frame = con.sql(f"select * from {SIGNALS_TABLE}").pl().cast(SIGNAL_COLUMNS)
+    else:
+        frame = run_query(con, name, **bound)
+    if name in QUERY_CI_METHODS and frame.height:
+        # the query's own intervals (where it computes one) name their method
+        frame = frame.with_columns(
+            pl.when(pl.col("ci_low").is_not_null()).then(pl.lit(QUERY_CI_METHODS[name]))
+            .otherwise(pl.lit(None, dtype=pl.String)).alias("ci_method"),
+            pl.lit(None, dtype=pl.Int64).alias("n_resamples"))
+    ci = None
     if name in CI_QUERIES and frame.height:
-        ci = run_query(con, CI_QUERIES[name], **bound).select([*_CI_KEYS, "ci_low", "ci_high", "n_resamples",
-                                                               "ci_method"])
-        frame = frame.join(ci, on=_CI_KEYS, how="left")
+        ci = run_query(con, CI_QUERIES[name], **bound)
+    elif name == "retrieval_calibration" and frame.height:
+        ci = ensure_retrieval_intervals(con, **bound)
+    elif name == "token_norm_vs_frequency" and frame.height:
+        ci = token_intervals(con, bound["seed"], bound["resamples"])
+    if ci is not None:
+        frame = _fill_intervals(frame, ci.select([*_CI_KEYS, "ci_low", "ci_high", "n_resamples", "ci_method"]))
     for col, value in (("model", model), ("release", release)):
         if col not in frame.columns:
             frame = frame.with_columns(pl.lit(value, dtype=pl.String).alias(col))
     return to_results(frame, run_id, name)
+
+
+def _fill_intervals(frame: pl.DataFrame, ci: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the intervals of ``ci`` where it has none of its own (matched by :data:`_CI_KEYS`)."""
+    if "ci_low" not in frame.columns:
+        return frame.join(ci, on=_CI_KEYS, how="left")
+    own = ["ci_low", "ci_high", "n_resamples", "ci_method"]
+    for col, dtype in (("n_resamples", pl.Int64), ("ci_method", pl.String)):
+        if col not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(col))
+    joined = frame.join(ci.rename({c: f"{c}_boot" for c in own}), on=_CI_KEYS, how="left")
+    has_own = pl.col("ci_low").is_not_null()
+    return joined.with_columns(
+        [pl.when(has_own).then(pl.col(c)).otherwise(pl.col(f"{c}_boot")).alias(c) for c in own]
+    ).drop([f"{c}_boot" for c in own])
 
 
 def interval_note(results: pl.DataFrame, params: dict | None = None) -> str:
