@@ -55,6 +55,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "previous_value": "DOUBLE", "value": "DOUBLE", "change": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE",
         "threshold": "DOUBLE", "message": "VARCHAR",
     },
+    # pipeline/analysis/claims.py: CLAIM_COLUMNS, one file per audit
+    "claims": {
+        "run_id": "VARCHAR", "model": "VARCHAR", "release": "VARCHAR", "claim": "VARCHAR", "verdict": "VARCHAR",
+        "probe_set": "VARCHAR", "population": "VARCHAR", "analysis": "VARCHAR", "property": "VARCHAR",
+        "statistic": "VARCHAR", "controls": "VARCHAR", "direction": "VARCHAR", "null_value": "DOUBLE",
+        "value": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE", "n": "BIGINT", "n_resamples": "BIGINT",
+        "ci_method": "VARCHAR", "p_value": "DOUBLE", "p_holm": "DOUBLE", "evidence": "VARCHAR",
+    },
     # pipeline/theory/trace.py: TRACE_SCHEMA, one folder of parts per fine-tune run
     "training_trace": {
         "run": "VARCHAR", "step": "BIGINT", "item_id": "VARCHAR", "kind": "VARCHAR", "norm": "DOUBLE",
@@ -81,6 +89,7 @@ GLOBS = {
     "results": "results/*/*.parquet",
     "alerts": "alerts/*.parquet",
     "comparisons": "comparisons/*.parquet",
+    "claims": "claims/*.parquet",
     "training_trace": "training_trace/*/part-*.parquet",
 }
 

@@ -168,6 +168,13 @@ def sweep_abandoned(store: Store, runs: list[AbandonedRun]) -> None:
         store.rm(_marker(run.run_id))
 
 
+def write_claims(store: Store, run_id: str, claims: pl.DataFrame) -> str:
+    """Write a run's claims table (``pipeline.analysis.claims``); returns the path relative to the root."""
+    rel = f"claims/{run_id}.parquet"
+    store.write_table(rel, claims.to_arrow())
+    return rel
+
+
 def write_results(store: Store, run_id: str, analysis: str, results: pl.DataFrame) -> str:
     """Write one analysis's ``results`` rows for a run; returns the path relative to the root."""
     rel = f"results/{run_id}/{analysis}.parquet"

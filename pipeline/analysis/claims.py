@@ -1,0 +1,237 @@
+"""The claims table: what the audited model's norms say about each claim of the paper behind normaudit.
+
+The paper claims that the norms of contrastive embeddings carry **specificity** (more specific concepts get
+longer vectors), **frequency** (frequent words shorter ones), **human uncertainty** (items people disagree
+on, shorter ones) and give **free calibration in retrieval** (a query's norm predicts whether it is answered,
+beyond the retriever's own top-1 cosine). Each claim is decided by the tests of :data:`CLAIM_TESTS`, written
+down before any data was looked at; a test whose probe set the audit lacks is left out.
+
+Rule (docs/analyses.md, "The claims table"):
+- every test has a statistic T, its null value (0 for a correlation or a difference, 0.5 for an AUROC or a
+  share) and the claimed direction; its p-value is the two-sided bootstrap p of the null (twice the smaller
+  share of replicates on either side of it; hypernym shares: the normal approximation of the binomial);
+- within a claim the p-values are adjusted by Holm's step-down method (family: the claim's tests present);
+- a test **supports** the claim when its adjusted p < 0.05 and T lies on the claimed side of the null,
+  **contradicts** it when adjusted p < 0.05 on the other side, and gives **no evidence** otherwise;
+- the claim is **supported** when at least one test supports it and none contradicts, **contradicted** when
+  one contradicts and none supports, **mixed** when both happen, and **no evidence** otherwise.
+
+The correlations are partial Spearman correlations of norm and the property given the controls named
+(frequency, token count, mean rating), computed on every item with the property and the controls
+(:func:`pipeline.analysis.unit_bootstrap.partial_rank_correlation`), with the audit's seeded Poisson
+bootstrap over the items (position = the item's among the test's items ordered by id). The population each
+verdict holds for is named: the probe set, the items counted and, where the release embedded only part of
+the set (``--limit``), that it was the first N in the set's stable order (for WordNet nouns, the most
+frequent).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import duckdb
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.analysis.retrieval_intervals import REPLICATES
+from pipeline.analysis.sql import run_query
+from pipeline.analysis.unit_bootstrap import POISSON, bootstrap_p, interval, partial_rank_correlation, replicate_chunks
+
+ALPHA = 0.05
+CLAIMS = ("specificity", "frequency", "human_uncertainty", "retrieval_calibration")
+# the stable order --limit takes the first items in, where a set's order means something
+SET_ORDERS = {"wordnet-nouns": "most frequent first", "wordnet-pairs": "most frequent first"}
+CLAIM_COLUMNS = {
+    "run_id": pl.String, "model": pl.String, "release": pl.String, "claim": pl.String, "verdict": pl.String,
+    "probe_set": pl.String, "population": pl.String, "analysis": pl.String, "property": pl.String,
+    "statistic": pl.String, "controls": pl.String, "direction": pl.String, "null_value": pl.Float64,
+    "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64, "n_resamples": pl.Int64,
+    "ci_method": pl.String, "p_value": pl.Float64, "p_holm": pl.Float64, "evidence": pl.String,
+}
+
+
+class ClaimTest(BaseModel):
+    """One test of a claim: a statistic, its null value and the side the claim predicts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    claim: Literal["specificity", "frequency", "human_uncertainty", "retrieval_calibration"]
+    probe_set: str
+    property: str
+    statistic: str
+    direction: Literal[1, -1]
+    null_value: float = 0.0
+    # where T comes from: "controlled" = computed here (partial Spearman of norm and property given
+    # ``controls``); otherwise the audit analysis whose stored row and replicates it is
+    source: Literal["controlled", "retrieval_calibration", "retrieval_signals", "hypernym_pairs"] = "controlled"
+    controls: tuple[str, ...] = ()
+    kind: str = ""  # only items of this kind ('' = all)
+
+
+def _controlled(claim: str, probe_set: str, prop: str, direction: int, controls: tuple[str, ...],
+                kind: str = "") -> ClaimTest:
+    statistic = "partial_spearman_" + "_".join(controls) if controls else "spearman"
+    return ClaimTest(claim=claim, probe_set=probe_set, property=prop, statistic=statistic, direction=direction,
+                     controls=controls, kind=kind)
+
+
+# Written down before looking (issue 34). Specificity: deeper in WordNet, fewer senses, fewer hyponyms = more
+# specific; frequency and length controlled. Frequency: length controlled. Human uncertainty: ChaosNLI pairs'
+# label entropy given length; concreteness ratings' spread given their mean, frequency and length.
+CLAIM_TESTS: tuple[ClaimTest, ...] = (
+    _controlled("specificity", "wordnet-nouns", "min_depth", 1, ("zipf", "n_tokens")),
+    _controlled("specificity", "wordnet-nouns", "n_senses", -1, ("zipf", "n_tokens")),
+    _controlled("specificity", "wordnet-nouns", "n_all_hyponyms", -1, ("zipf", "n_tokens")),
+    ClaimTest(claim="specificity", probe_set="wordnet-pairs", property="hypernym_of",
+              statistic="share_hyponym_norm_greater_zipf_matched", direction=1, null_value=0.5,
+              source="hypernym_pairs"),
+    _controlled("frequency", "wordnet-nouns", "zipf", -1, ("n_tokens",)),
+    _controlled("frequency", "brysbaert-concreteness", "zipf", -1, ("n_tokens",)),
+    _controlled("human_uncertainty", "chaosnli-snli", "label_entropy", -1, ("n_tokens",), kind="pair"),
+    _controlled("human_uncertainty", "chaosnli-mnli", "label_entropy", -1, ("n_tokens",), kind="pair"),
+    _controlled("human_uncertainty", "brysbaert-concreteness", "rating_sd", -1, ("rating_mean", "zipf", "n_tokens")),
+    *(ClaimTest(claim="retrieval_calibration", probe_set=s, property="success_at_1", statistic=stat,
+                direction=1, null_value=null, source=source)
+      for s in ("cranfield", "wordnet-reverse-dictionary")
+      for source, stat, null in (("retrieval_calibration", "auroc_query_norm", 0.5),
+                                 ("retrieval_signals", "cv_auroc_gain_query_norm", 0.0))),
+)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given (NaN stays NaN and is not counted)."""
+    finite = [(p, i) for i, p in enumerate(p_values) if not math.isnan(p)]
+    m, out, running = len(finite), [float("nan")] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(sorted(finite)):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def evidence(value: float, null: float, direction: int, p_holm: float) -> str:
+    """'supports', 'contradicts' or 'none' for one test (the module's rule)."""
+    if math.isnan(p_holm) or p_holm >= ALPHA or value == null:
+        return "none"
+    return "supports" if (value - null) * direction > 0 else "contradicts"
+
+
+def verdict(evidences: list[str]) -> str:
+    """A claim's verdict from its tests' evidence."""
+    up, down = "supports" in evidences, "contradicts" in evidences
+    return "mixed" if up and down else "supported" if up else "contradicted" if down else "no evidence"
+
+
+def _wilson_p(share: float, n: int, null: float) -> float:
+    """Two-sided p of a share against ``null`` by the normal approximation of the binomial."""
+    if n <= 0:
+        return float("nan")
+    z = (share - null) / math.sqrt(null * (1 - null) / n)
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def _population(probe_set: str, n: int, unit: str, coverage: dict[str, tuple[int, int]]) -> str:
+    total, embedded = coverage.get(probe_set, (0, 0))
+    text = f"{probe_set}: {n:,} {unit}"
+    if embedded < total:
+        order = SET_ORDERS.get(probe_set, "the set's stable order")
+        text += f" (of the first {embedded:,} of {total:,} items, {order}: --limit)"
+    return text
+
+
+def _controlled_row(con: duckdb.DuckDBPyConnection, test: ClaimTest, model: str, release: str, seed: int,
+                    resamples: int) -> tuple[float, float | None, float | None, int, int, float] | None:
+    long = run_query(con, "claims_items", model=model, release=release, probe_set=test.probe_set, kind=test.kind)
+    if not long.height:
+        return None
+    needed = [test.property, *(c for c in test.controls if c != "n_tokens")]
+    wide = long.filter(pl.col("property").is_in(needed)).pivot(
+        on="property", index=["item_id", "norm", "n_tokens"], values="value", aggregate_function="first")
+    if any(c not in wide.columns for c in needed):
+        return None
+    wide = wide.drop_nulls(needed).sort("item_id")
+    columns = [wide["norm"].to_numpy().astype(np.float64), wide[test.property].to_numpy().astype(np.float64)]
+    # a control that does not vary (every word one token) controls nothing and makes the system singular
+    for control in test.controls:
+        values = wide[control].to_numpy().astype(np.float64)
+        if len(values) and values.min() < values.max():
+            columns.append(values)
+    n = wide.height
+    if n < 4 or columns[1].min() == columns[1].max():
+        return None
+    value = float(partial_rank_correlation(columns, np.ones((1, n)))[0])
+    reps = np.concatenate([partial_rank_correlation(columns, w) for _, w in replicate_chunks(seed, resamples, n)])
+    low, high, kept = interval(reps)
+    return value, low, high, n, kept, bootstrap_p(reps, test.null_value)
+
+
+def _unit_replicates(con: duckdb.DuckDBPyConnection, test: ClaimTest) -> np.ndarray:
+    exists = con.execute("select count(*) from duckdb_tables() where table_name = $t and temporary",
+                         {"t": REPLICATES}).fetchone()[0]
+    if not exists:
+        return np.zeros(0)
+    return con.execute(
+        f"select value from {REPLICATES} where analysis = $a and probe_set = $p and property = $q "
+        "and statistic = $s order by b",
+        {"a": test.source, "p": test.probe_set, "q": test.property, "s": test.statistic}).fetchnumpy()["value"]
+
+
+def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str, release: str, run_id: str,
+                 seed: int, resamples: int) -> pl.DataFrame:
+    """The claims table of one audit (columns :data:`CLAIM_COLUMNS`): one row per test its probe sets allow.
+
+    Args:
+        con: the catalog connection the audit's analyses ran on (the retrieval replicates are read from it).
+        results: the audit's ``results`` rows (hypernym shares, retrieval statistics).
+    """
+    coverage = {r["probe_set"]: (r["n_items"], r["n_embedded"])
+                for r in run_query(con, "claims_coverage", model=model, release=release).iter_rows(named=True)}
+    rows = []
+    for test in CLAIM_TESTS:
+        if test.probe_set not in coverage:
+            continue
+        base = {"claim": test.claim, "probe_set": test.probe_set, "property": test.property,
+                "statistic": test.statistic, "controls": ", ".join(test.controls) or None,
+                "direction": "+" if test.direction > 0 else "-", "null_value": test.null_value}
+        if test.source == "controlled":
+            got = _controlled_row(con, test, model, release, seed, resamples)
+            if got is None:
+                continue
+            value, low, high, n, kept, p = got
+            unit = f"{test.kind}s" if test.kind else "items"
+            rows.append({**base, "analysis": "claims", "value": value, "ci_low": low, "ci_high": high, "n": n,
+                         "n_resamples": kept, "ci_method": POISSON, "p_value": p,
+                         "population": _population(test.probe_set, n, f"{unit} with {test.property}", coverage)})
+            continue
+        match = results.filter((pl.col("analysis") == test.source) & (pl.col("probe_set") == test.probe_set)
+                               & (pl.col("property") == test.property) & (pl.col("statistic") == test.statistic))
+        if not match.height or match["value"][0] is None:
+            continue
+        row = match.row(0, named=True)
+        if test.source == "hypernym_pairs":
+            p, unit = _wilson_p(row["value"], row["n"], test.null_value), "frequency-matched pairs"
+        else:
+            p, unit = bootstrap_p(_unit_replicates(con, test), test.null_value), "queries"
+        rows.append({**base, "analysis": test.source, "value": row["value"], "ci_low": row["ci_low"],
+                     "ci_high": row["ci_high"], "n": row["n"], "n_resamples": row["n_resamples"],
+                     "ci_method": row["ci_method"], "p_value": p,
+                     "population": _population(test.probe_set, row["n"], unit, coverage)})
+    frame = pl.DataFrame(rows, schema={c: t for c, t in CLAIM_COLUMNS.items()
+                                       if c not in ("run_id", "model", "release", "verdict", "p_holm", "evidence")})
+    out = []
+    for claim in CLAIMS:
+        part = frame.filter(pl.col("claim") == claim)
+        if not part.height:
+            continue
+        adjusted = holm(part["p_value"].fill_null(float("nan")).to_list())
+        marks = [evidence(v, null, 1 if d == "+" else -1, p) for v, null, d, p in
+                 zip(part["value"], part["null_value"], part["direction"], adjusted, strict=True)]
+        out.append(part.with_columns(pl.Series("p_holm", adjusted, dtype=pl.Float64),
+                                     pl.Series("evidence", marks, dtype=pl.String),
+                                     pl.lit(verdict(marks)).alias("verdict")))
+    if not out:
+        return pl.DataFrame(schema=CLAIM_COLUMNS)
+    return pl.concat(out).with_columns(
+        pl.lit(run_id).alias("run_id"), pl.lit(model).alias("model"), pl.lit(release).alias("release"),
+    ).select(list(CLAIM_COLUMNS)).cast(CLAIM_COLUMNS)

@@ -1,0 +1,99 @@
+"""The claims table: its controlled correlations and intervals against scipy/numpy on the same resamples, Holm's
+adjustment and the verdict rule against an independent implementation, and the population it names."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+
+from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
+from pipeline.analysis.claims import CLAIM_TESTS, claims_table, evidence, holm, verdict
+from pipeline.probes import ProbeSet
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
+from tests.helpers import poisson_weights, store_synthetic, word_probe_set
+
+SEED, B, N = 20240607, 40, 240
+
+
+def _nouns(n: int = N, seed: int = 3) -> tuple[ProbeSet, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    props = {"zipf": rng.uniform(1, 7, n), "min_depth": rng.integers(2, 16, n).astype(float),
+             "n_senses": rng.integers(1, 9, n).astype(float), "n_all_hyponyms": rng.integers(0, 40, n).astype(float)}
+    n_tokens = rng.integers(1, 4, n)
+    # frequent words shorter (strongly), deeper ones a little longer; the rest noise
+    norms = 6 - 0.4 * props["zipf"] + 0.02 * props["min_depth"] + 0.1 * n_tokens + rng.normal(0, 0.3, n)
+    return word_probe_set("wordnet-nouns", n, props), norms, n_tokens, props
+
+
+def _reference_partial(x, y, controls):
+    ranks = [stats.rankdata(v) for v in (x, y, *controls)]
+    design = np.column_stack([np.ones(len(x)), *ranks[2:]])
+    ex = ranks[0] - design @ np.linalg.lstsq(design, ranks[0], rcond=None)[0]
+    ey = ranks[1] - design @ np.linalg.lstsq(design, ranks[1], rcond=None)[0]
+    return stats.pearsonr(ex, ey).statistic
+
+
+def _claims(store: Store, resamples: int = B) -> pl.DataFrame:
+    con = open_catalog(store)
+    results = pl.concat([r for name in AUDIT_ANALYSES
+                         if (r := run_analysis(con, name, "m", "r1", "run-1", resamples=resamples)).height])
+    return claims_table(con, results, "m", "r1", "run-1", SEED, resamples)
+
+
+def test_controlled_statistics_intervals_holm_and_verdicts_match_an_independent_computation(tmp_path):
+    store = Store(str(tmp_path / "root"))
+    ps, norms, n_tokens, props = _nouns()
+    store_synthetic(store, "m", "r1", ps, norms, n_tokens=n_tokens)
+    claims = _claims(store)
+    assert set(claims["claim"]) == {"specificity", "frequency"}  # the other sets are not stored
+    w = poisson_weights(SEED, B, N)  # items w00000.. in id order
+    for row in claims.iter_rows(named=True):
+        test = next(t for t in CLAIM_TESTS if (t.claim, t.probe_set, t.property) ==
+                    (row["claim"], row["probe_set"], row["property"]))
+        controls = [props[c] if c != "n_tokens" else n_tokens for c in test.controls]
+        assert row["value"] == pytest.approx(_reference_partial(norms, props[test.property], controls), abs=1e-9)
+        reps = np.array([_reference_partial(np.repeat(norms, w[b]), np.repeat(props[test.property], w[b]),
+                                            [np.repeat(c, w[b]) for c in controls]) for b in range(B)])
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(np.quantile(reps, [0.025, 0.975])), abs=1e-9)
+        p = min(1.0, 2 * min(np.mean(reps <= 0), np.mean(reps >= 0)))
+        assert row["p_value"] == pytest.approx(p, abs=1e-12) and row["n"] == N and row["n_resamples"] == B
+        assert row["population"] == f"wordnet-nouns: {N:,} items with {test.property}"
+    # Holm within each claim, by hand: sort, multiply by the remaining count, carry the running maximum
+    for claim, part in claims.group_by("claim"):
+        p = part["p_value"].to_numpy()
+        order = np.argsort(p, kind="stable")
+        adjusted = np.maximum.accumulate(np.minimum(1, (len(p) - np.arange(len(p))) * p[order]))
+        expected = np.empty_like(p)
+        expected[order] = adjusted
+        np.testing.assert_allclose(part["p_holm"].to_numpy(), expected, rtol=0, atol=1e-12)
+    frequency = claims.filter(pl.col("claim") == "frequency").row(0, named=True)
+    assert frequency["value"] < -0.5 and frequency["evidence"] == "supports" and frequency["verdict"] == "supported"
+    assert frequency["controls"] == "n_tokens" and frequency["direction"] == "-"
+
+
+def test_a_limited_audit_names_its_sample_in_the_population(tmp_path):
+    """--limit embeds the first N items of a set in its stable order: the claim's population says so."""
+    store = Store(str(tmp_path / "root"))
+    ps, norms, n_tokens, _ = _nouns()
+    first = ProbeSet(name=ps.name, items=ps.items.head(160),
+                     properties=ps.properties.filter(pl.col("item_id").is_in(ps.items["item_id"].head(160))))
+    store_synthetic(store, "m", "r1", first, norms[:160], n_tokens=n_tokens[:160])
+    from pipeline.probes import write_probe_tables
+
+    write_probe_tables(store, ps)  # the whole set is stored; only its first 160 items were embedded
+    claims = _claims(store, resamples=20)
+    row = claims.filter(pl.col("claim") == "frequency").row(0, named=True)
+    assert row["population"] == ("wordnet-nouns: 160 items with zipf (of the first 160 of 240 items, "
+                                 "most frequent first: --limit)")
+
+
+def test_holm_and_the_verdict_rule():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.2, float("nan"), 0.01]) == pytest.approx([0.2, float("nan"), 0.02], nan_ok=True)
+    assert evidence(-0.3, 0.0, -1, 0.01) == "supports" and evidence(0.3, 0.0, -1, 0.01) == "contradicts"
+    assert evidence(0.3, 0.0, 1, 0.05) == "none" and evidence(0.6, 0.5, 1, 0.001) == "supports"
+    assert verdict(["supports", "none"]) == "supported" and verdict(["contradicts"]) == "contradicted"
+    assert verdict(["supports", "contradicts"]) == "mixed" and verdict(["none", "none"]) == "no evidence"
