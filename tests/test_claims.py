@@ -62,7 +62,7 @@ def test_controlled_statistics_intervals_holm_and_verdicts_match_an_independent_
         assert row["p_value"] == pytest.approx(p, abs=1e-12) and row["n"] == N and row["n_resamples"] == B
         assert row["population"] == f"wordnet-nouns: {N:,} items with {test.property}"
     # Holm within each claim, by hand: sort, multiply by the remaining count, carry the running maximum
-    for claim, part in claims.group_by("claim"):
+    for _claim, part in claims.group_by("claim"):
         p = part["p_value"].to_numpy()
         order = np.argsort(p, kind="stable")
         adjusted = np.maximum.accumulate(np.minimum(1, (len(p) - np.arange(len(p))) * p[order]))

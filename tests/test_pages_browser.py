@@ -168,3 +168,38 @@ def test_every_plot_is_drawn_whole(pages):
         assert edge.min() > 240, f"{path.name}: ink within 4 pixels of the edge (a label cut off)"
     forest = [np.asarray(Image.open(p)).shape[0] for p in shown if p.name.startswith("forest_")]
     assert min(forest) > 300  # three releases: rows of their own, not squeezed
+
+
+def test_the_report_shows_the_claims_table_in_a_browser(tmp_path):
+    """A release audited on WordNet-nouns-shaped data: the report, as Chromium lays it out, shows the claims
+    table with each test's verdict, population, interval and n, and nothing of it runs past the window."""
+    store = Store(str(tmp_path / "root"))
+    rng = np.random.default_rng(5)
+    n = 200
+    props = {"zipf": rng.uniform(1, 7, n), "min_depth": rng.integers(2, 16, n).astype(float),
+             "n_senses": rng.integers(1, 9, n).astype(float), "n_all_hyponyms": rng.integers(0, 40, n).astype(float)}
+    n_tokens = rng.integers(1, 4, n)
+    norms = 6 - 0.4 * props["zipf"] + 0.1 * n_tokens + rng.normal(0, 0.3, n)  # frequent words shorter
+    store_synthetic(store, "minilm-l6", "r1", word_probe_set("wordnet-nouns", n, props), norms, n_tokens=n_tokens)
+    run = RunRecord(run_id="20240101T000000-claims", model="minilm-l6", release="r1", fingerprint="1" * 64,
+                    probe_set="wordnet-nouns", params={}, started_at=dt.datetime(2024, 1, 1, tzinfo=dt.UTC))
+    write_run(store, run)
+    run_analyses(AuditContext(load_settings(root=store.root_url), "minilm-l6", "r1", run.run_id, resolved=None))
+    run.status = "completed"
+    write_run(store, run)
+    page = Path(store.path("reports/minilm-l6/r1/index.html"))
+    render_report(store, "minilm-l6", "r1")
+    dom = run_chromium(page, tmp_path / "profile", "--dump-dom")
+    table = re.search(r"<h2>Claims of the paper</h2>.*?(<table.*?</table>)", dom, re.S)
+    assert table, dom[-2000:]
+    rows = [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+            for r in re.findall(r"<tr>(.*?)</tr>", table[1], re.S)]
+    rows = [r for r in rows if r]
+    assert [r[0] for r in rows] == ["specificity"] * 3 + ["frequency"]
+    frequency = rows[-1]
+    assert frequency[1] == "supported" and frequency[2] == f"wordnet-nouns: {n} items with zipf"
+    assert frequency[3].startswith("zipf: partial_spearman_n_tokens | n_tokens (claimed - vs 0)")
+    assert re.fullmatch(r"-0\.\d{3} \[-0\.\d{3}, -0\.\d{3}\]", frequency[4]) and frequency[5] == str(n)
+    assert frequency[7] == "supports"
+    layout = page_layout(page, tmp_path / "profile-layout")
+    assert layout["scroll_width"] <= layout["viewport"]

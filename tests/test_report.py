@@ -175,7 +175,7 @@ def test_audit_step_writes_one_results_file_per_analysis_with_rows(two_releases)
     files = {p.rsplit("/", 1)[1] for p in store.glob("results/20240102T000000-v2/*.parquet")}
     # no token table was stored, so token_norm_vs_frequency has no rows and no file
     assert files == {f"{a}.parquet" for a in ("norm_vs_property", "norm_by_bin", "hypernym_pairs",
-                                              "retrieval_calibration", "norm_rescoring")}
+                                              "retrieval_calibration", "retrieval_signals", "norm_rescoring")}
     res = open_catalog(store).execute(
         "select count(*), count(ci_low) from results where analysis = 'norm_vs_property' and release = 'v2'"
     ).fetchall()[0]
@@ -251,7 +251,7 @@ def test_templates_escape_names_and_cells_but_keep_built_markup():
     cells = table([{"name": hostile, "stat": fmt(0.5, 0.25, 0.75), "n": 1234, "ok": True, "x": float("nan")}])
     page = render(
         "report.html.j2", title="t", model="m", release="r", fingerprint=hostile, run_id="r1", status="completed",
-        data_docs_href=None, alerts=[], inventory=cells, norm_table=None, figures=[], other_table=None,
+        data_docs_href=None, alerts=[], inventory=cells, claims_table=None, norm_table=None, figures=[], other_table=None,
         previous=None, drift=None, n_results=1, results=cells,
     )
     assert "<script" not in page and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.analysis.retrieval_intervals import REPLICATES
 from pipeline.analysis.sql import run_query
 from pipeline.analysis.unit_bootstrap import POISSON, bootstrap_p, interval, partial_rank_correlation, replicate_chunks
+from pipeline.storage.store import Store
 
 ALPHA = 0.05
 CLAIMS = ("specificity", "frequency", "human_uncertainty", "retrieval_calibration")
@@ -235,3 +236,20 @@ def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: s
     return pl.concat(out).with_columns(
         pl.lit(run_id).alias("run_id"), pl.lit(model).alias("model"), pl.lit(release).alias("release"),
     ).select(list(CLAIM_COLUMNS)).cast(CLAIM_COLUMNS)
+
+
+def read_claims(store: Store, run_id: str) -> pl.DataFrame:
+    """The claims table an audit stored (empty when its probe sets spoke to no claim)."""
+    rel = f"claims/{run_id}.parquet"
+    if not store.exists(rel):
+        return pl.DataFrame(schema=CLAIM_COLUMNS)
+    return pl.from_arrow(store.read_table(rel))
+
+
+def limit_note(limit: int | None) -> str | None:
+    """The line that says what a ``--limit`` audit's statistics describe, or None without a limit."""
+    if limit is None:
+        return None
+    return (f"sample: --limit {limit:,} took the first {limit:,} items of each probe set in its stable order "
+            "(WordNet nouns and pairs: the most frequent first); every statistic describes that sample, not the "
+            "whole set (docs/analyses.md, 'Samples')")

@@ -207,6 +207,7 @@ def _other_table(results: pl.DataFrame) -> Table | None:
     rows = results.filter(
         pl.col("analysis").is_in(["hypernym_pairs", "token_norm_vs_frequency"])
         | ((pl.col("analysis") == "retrieval_calibration") & ~pl.col("property").str.starts_with("selective"))
+        | (pl.col("analysis") == "retrieval_signals")
     )
     if rows.height == 0:
         return None
@@ -220,6 +221,25 @@ def _with_ci_column(rows: pl.DataFrame) -> list[dict]:
         {**r, "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"])}
         for r in rows.iter_rows(named=True)
     ]
+
+
+CLAIM_TABLE_COLUMNS = ["claim", "verdict", "population", "test", "value [95% CI]", "n", "p (Holm)", "evidence"]
+
+
+def _claims_table(con: duckdb.DuckDBPyConnection, model: str, release: str) -> Table | None:
+    """The claims of the paper decided for this release (pipeline/analysis/claims.py), one row per test."""
+    claims = run_query(con, "report_claims", model=model, release=release)
+    if not claims.height:
+        return None
+    rows = []
+    for r in claims.iter_rows(named=True):
+        controls = f" | {r['controls']}" if r["controls"] else ""
+        rows.append({
+            "claim": r["claim"].replace("_", " "), "verdict": r["verdict"], "population": r["population"],
+            "test": f"{r['property']}: {r['statistic']}{controls} (claimed {r['direction']} vs {r['null_value']:g})",
+            "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"]), "n": r["n"],
+            "p (Holm)": "—" if r["p_holm"] is None else f"{r['p_holm']:.3g}", "evidence": r["evidence"]})
+    return table(rows, CLAIM_TABLE_COLUMNS)
 
 
 def _alerts(con: duckdb.DuckDBPyConnection, model: str, release: str) -> list[str] | None:
@@ -278,6 +298,7 @@ def render_report(store: Store, model: str, release: str) -> str:
         data_docs_href=_data_docs_href(store, runs["run_id"].to_list()),
         alerts=_alerts(con, model, release),
         inventory=table(inventory),
+        claims_table=_claims_table(con, model, release),
         norm_table=_norm_table(results),
         figures=figures,
         other_table=_other_table(results),

@@ -148,14 +148,14 @@ def audit(
             summary = run_audit(settings, model, probes, release=release, limit=limit, name=name, replace=replace,
                                 timings=timings)
     except ReleaseRegression as exc:
-        _print_summary(exc.summary, timings)
+        _print_summary(exc.summary, timings, limit)
         _fail(str(exc), code=3)
     except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError, LookupError) as exc:
         _fail(str(exc))
-    _print_summary(summary, timings)
+    _print_summary(summary, timings, limit)
 
 
-def _print_summary(summary, timings: bool = False) -> None:
+def _print_summary(summary, timings: bool = False, limit: int | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -183,6 +183,11 @@ def _print_summary(summary, timings: bool = False) -> None:
         from pipeline.analysis.analyses import interval_note
 
         console.print(interval_note(res), highlight=False, soft_wrap=True)
+    from pipeline.analysis.claims import limit_note
+
+    if note := limit_note(limit):
+        console.print(note, highlight=False, soft_wrap=True)
+    _print_claims(console, summary)
     if summary.alerts is not None and summary.alerts.height:
         for msg in summary.alerts["message"].to_list():
             console.print(f"[bold red]alert[/]: {msg}")
@@ -203,6 +208,18 @@ def _print_summary(summary, timings: bool = False) -> None:
     if summary.report:
         console.print(f"report: {summary.report}")
     console.print(f'query it: normaudit sql --root {summary.root} "select * from results"')
+
+
+def _print_claims(console, summary) -> None:
+    """The audit's claims table (pipeline/analysis/claims.py), when its probe sets speak to a claim."""
+    from pipeline.analysis.claims import read_claims
+    from pipeline.cli.claims_view import claims_rich_table
+    from pipeline.settings import load_settings
+    from pipeline.storage.store import open_store
+
+    claims = read_claims(open_store(load_settings(root=summary.root)), summary.run_id)
+    if claims.height:
+        console.print(claims_rich_table(claims, f"claims — {summary.model} @ {summary.release}"))
 
 
 @app.command()
