@@ -165,3 +165,26 @@ def test_cli_timings_come_from_prefects_records_of_the_run(tmp_path, tiny_model_
     recorded = open_catalog(open_store(load_settings(root=root))).execute("select timings from runs").fetchall()
     seconds = json.loads(recorded[0][0])
     assert seconds["embed_shard"] > 0 and seconds["run_analyses"] > 0 and "render_report" not in seconds
+
+
+def test_cli_prints_the_claims_table_and_what_a_limit_samples(tmp_path, tiny_model_dir):
+    """The installed CLI, as a user runs it: an audit of the first 300 WordNet nouns prints the line saying the
+    sample is the most frequent nouns, and the claims table whose rows name that population; both are stored."""
+    root = str(tmp_path / "root")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(COLUMNS="250")
+    cli = Path(sys.executable).parent / "normaudit"
+    out = subprocess.run([str(cli), "audit", "--model", str(tiny_model_dir), "--probes", "wordnet-nouns",
+                          "--limit", "300", "--root", root], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ("sample: --limit 300 took the first 300 items of each probe set in its stable order (WordNet nouns "
+            "and pairs: the most frequent first)") in out.stdout
+    assert "claims — " in out.stdout
+    claims = open_catalog(open_store(load_settings(root=root))).execute(
+        "select claim, verdict, population, n from claims order by claim, property").fetchall()
+    assert {c[0] for c in claims} == {"frequency", "specificity"}
+    for claim, verdict, population, n in claims:
+        assert verdict in {"supported", "contradicted", "mixed", "no evidence"}
+        assert population.endswith("(of the first 300 of 34,375 items, most frequent first: --limit)"), population
+        assert 0 < n <= 300
+        assert claim in out.stdout and verdict in out.stdout

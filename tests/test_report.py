@@ -251,7 +251,8 @@ def test_templates_escape_names_and_cells_but_keep_built_markup():
     cells = table([{"name": hostile, "stat": fmt(0.5, 0.25, 0.75), "n": 1234, "ok": True, "x": float("nan")}])
     page = render(
         "report.html.j2", title="t", model="m", release="r", fingerprint=hostile, run_id="r1", status="completed",
-        data_docs_href=None, alerts=[], inventory=cells, claims_table=None, norm_table=None, figures=[], other_table=None,
+        data_docs_href=None, alerts=[], inventory=cells, claims_table=None, norm_table=None, figures=[],
+        other_table=None,
         previous=None, drift=None, n_results=1, results=cells,
     )
     assert "<script" not in page and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page
