@@ -36,8 +36,15 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.analysis.retrieval_intervals import REPLICATES
-from pipeline.analysis.sql import run_query
-from pipeline.analysis.unit_bootstrap import POISSON, bootstrap_p, interval, partial_rank_correlation, replicate_chunks
+from pipeline.analysis.sql import DEFAULT_PARAMS, run_query
+from pipeline.analysis.unit_bootstrap import (
+    POISSON,
+    bootstrap_p,
+    interval,
+    partial_rank_correlation,
+    replicate_chunks,
+    weighted_mean,
+)
 from pipeline.storage.store import Store
 
 ALPHA = 0.05
@@ -141,8 +148,31 @@ def _population(probe_set: str, n: int, unit: str, coverage: dict[str, tuple[int
     return text
 
 
-def _controlled_row(con: duckdb.DuckDBPyConnection, test: ClaimTest, model: str, release: str, seed: int,
-                    resamples: int) -> tuple[float, float | None, float | None, int, int, float] | None:
+class TestResult(BaseModel):
+    """One test's value, its bootstrap replicates and the units they resample, for one release."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    n_resamples: int | None
+    ci_method: str | None
+    p_value: float
+    unit: str  # what n counts
+    units: str  # digest of the unit ids in resampling order: two releases pair only over the same units
+    replicates: np.ndarray
+
+
+def _digest(ids: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def _controlled(con: duckdb.DuckDBPyConnection, test: ClaimTest, model: str, release: str, seed: int,
+                resamples: int) -> TestResult | None:
     long = run_query(con, "claims_items", model=model, release=release, probe_set=test.probe_set, kind=test.kind)
     if not long.height:
         return None
@@ -164,7 +194,35 @@ def _controlled_row(con: duckdb.DuckDBPyConnection, test: ClaimTest, model: str,
     value = float(partial_rank_correlation(columns, np.ones((1, n)))[0])
     reps = np.concatenate([partial_rank_correlation(columns, w) for _, w in replicate_chunks(seed, resamples, n)])
     low, high, kept = interval(reps)
-    return value, low, high, n, kept, bootstrap_p(reps, test.null_value)
+    unit = f"{test.kind}s" if test.kind else "items"
+    return TestResult(value=value, ci_low=low, ci_high=high, n=n, n_resamples=kept, ci_method=POISSON,
+                      p_value=bootstrap_p(reps, test.null_value), unit=f"{unit} with {test.property}",
+                      units=_digest(wide["item_id"].to_list()), replicates=reps)
+
+
+def _hypernym(con: duckdb.DuckDBPyConnection, test: ClaimTest, row: dict, model: str, release: str, seed: int,
+              resamples: int) -> TestResult:
+    # the stored share and its Wilson interval decide the claim; the pairs' bootstrap serves paired differences
+    pairs = run_query(con, "claims_pairs", model=model, release=release, probe_set=test.probe_set,
+                      zipf_tolerance=DEFAULT_PARAMS["zipf_tolerance"])
+    greater = pairs["hyponym_greater"].to_numpy().astype(np.float64)
+    reps = np.concatenate([weighted_mean(greater, w) for _, w in replicate_chunks(seed, resamples, len(greater))]) \
+        if len(greater) else np.zeros(0)
+    ids = [f"{a}>{b}" for a, b in zip(pairs["hypernym_id"], pairs["hyponym_id"], strict=True)]
+    return TestResult(value=row["value"], ci_low=row["ci_low"], ci_high=row["ci_high"], n=row["n"],
+                      n_resamples=row["n_resamples"], ci_method=row["ci_method"],
+                      p_value=_wilson_p(row["value"], row["n"], test.null_value), unit="frequency-matched pairs",
+                      units=_digest(ids), replicates=reps)
+
+
+def _retrieval(con: duckdb.DuckDBPyConnection, test: ClaimTest, row: dict) -> TestResult:
+    reps = _unit_replicates(con, test)
+    ids = con.execute("select query_id from retrieval_queries where alpha = 0 and probe_set = $p order by query_id",
+                      {"p": test.probe_set}).fetchnumpy()["query_id"].tolist()
+    return TestResult(value=row["value"], ci_low=row["ci_low"], ci_high=row["ci_high"], n=row["n"],
+                      n_resamples=row["n_resamples"], ci_method=row["ci_method"],
+                      p_value=bootstrap_p(reps, test.null_value), unit="queries", units=_digest(ids),
+                      replicates=reps)
 
 
 def _unit_replicates(con: duckdb.DuckDBPyConnection, test: ClaimTest) -> np.ndarray:
@@ -178,46 +236,53 @@ def _unit_replicates(con: duckdb.DuckDBPyConnection, test: ClaimTest) -> np.ndar
         {"a": test.source, "p": test.probe_set, "q": test.property, "s": test.statistic}).fetchnumpy()["value"]
 
 
-def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str, release: str, run_id: str,
-                 seed: int, resamples: int) -> pl.DataFrame:
-    """The claims table of one audit (columns :data:`CLAIM_COLUMNS`): one row per test its probe sets allow.
+def run_tests(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str, release: str, seed: int,
+              resamples: int) -> list[tuple[ClaimTest, TestResult]]:
+    """Every test of :data:`CLAIM_TESTS` the release's probe sets allow, with its result.
 
     Args:
-        con: the catalog connection the audit's analyses ran on (the retrieval replicates are read from it).
-        results: the audit's ``results`` rows (hypernym shares, retrieval statistics).
+        con: a catalog connection on which the release's retrieval analyses ran last (their replicates are
+            read from it), e.g. the audit's.
+        results: the release's ``results`` rows (hypernym shares, retrieval statistics).
     """
+    embedded = set(con.execute("select distinct probe_set from embeddings where model = $m and release = $r",
+                               {"m": model, "r": release}).fetchnumpy()["probe_set"].tolist())
+    out = []
+    for test in CLAIM_TESTS:
+        if test.probe_set not in embedded:
+            continue
+        if test.source == "controlled":
+            got = _controlled(con, test, model, release, seed, resamples)
+        else:
+            match = results.filter((pl.col("analysis") == test.source) & (pl.col("probe_set") == test.probe_set)
+                                   & (pl.col("property") == test.property)
+                                   & (pl.col("statistic") == test.statistic))
+            if not match.height or match["value"][0] is None:
+                continue
+            row = match.row(0, named=True)
+            got = (_hypernym(con, test, row, model, release, seed, resamples) if test.source == "hypernym_pairs"
+                   else _retrieval(con, test, row))
+        if got is not None:
+            out.append((test, got))
+    return out
+
+
+def _base(test: ClaimTest) -> dict:
+    return {"claim": test.claim, "probe_set": test.probe_set, "property": test.property,
+            "statistic": test.statistic, "controls": ", ".join(test.controls) or None,
+            "direction": "+" if test.direction > 0 else "-", "null_value": test.null_value}
+
+
+def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str, release: str, run_id: str,
+                 seed: int, resamples: int) -> pl.DataFrame:
+    """The claims table of one audit (columns :data:`CLAIM_COLUMNS`): one row per test its probe sets allow,
+    with the verdict of its claim (:func:`run_tests` says what ``con`` and ``results`` must hold)."""
     coverage = {r["probe_set"]: (r["n_items"], r["n_embedded"])
                 for r in run_query(con, "claims_coverage", model=model, release=release).iter_rows(named=True)}
-    rows = []
-    for test in CLAIM_TESTS:
-        if test.probe_set not in coverage:
-            continue
-        base = {"claim": test.claim, "probe_set": test.probe_set, "property": test.property,
-                "statistic": test.statistic, "controls": ", ".join(test.controls) or None,
-                "direction": "+" if test.direction > 0 else "-", "null_value": test.null_value}
-        if test.source == "controlled":
-            got = _controlled_row(con, test, model, release, seed, resamples)
-            if got is None:
-                continue
-            value, low, high, n, kept, p = got
-            unit = f"{test.kind}s" if test.kind else "items"
-            rows.append({**base, "analysis": "claims", "value": value, "ci_low": low, "ci_high": high, "n": n,
-                         "n_resamples": kept, "ci_method": POISSON, "p_value": p,
-                         "population": _population(test.probe_set, n, f"{unit} with {test.property}", coverage)})
-            continue
-        match = results.filter((pl.col("analysis") == test.source) & (pl.col("probe_set") == test.probe_set)
-                               & (pl.col("property") == test.property) & (pl.col("statistic") == test.statistic))
-        if not match.height or match["value"][0] is None:
-            continue
-        row = match.row(0, named=True)
-        if test.source == "hypernym_pairs":
-            p, unit = _wilson_p(row["value"], row["n"], test.null_value), "frequency-matched pairs"
-        else:
-            p, unit = bootstrap_p(_unit_replicates(con, test), test.null_value), "queries"
-        rows.append({**base, "analysis": test.source, "value": row["value"], "ci_low": row["ci_low"],
-                     "ci_high": row["ci_high"], "n": row["n"], "n_resamples": row["n_resamples"],
-                     "ci_method": row["ci_method"], "p_value": p,
-                     "population": _population(test.probe_set, row["n"], unit, coverage)})
+    rows = [{**_base(test), "analysis": "claims" if test.source == "controlled" else test.source,
+             **got.model_dump(include={"value", "ci_low", "ci_high", "n", "n_resamples", "ci_method", "p_value"}),
+             "population": _population(test.probe_set, got.n, got.unit, coverage)}
+            for test, got in run_tests(con, results, model, release, seed, resamples)]
     frame = pl.DataFrame(rows, schema={c: t for c, t in CLAIM_COLUMNS.items()
                                        if c not in ("run_id", "model", "release", "verdict", "p_holm", "evidence")})
     out = []
@@ -236,6 +301,47 @@ def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: s
     return pl.concat(out).with_columns(
         pl.lit(run_id).alias("run_id"), pl.lit(model).alias("model"), pl.lit(release).alias("release"),
     ).select(list(CLAIM_COLUMNS)).cast(CLAIM_COLUMNS)
+
+
+PAIRED_CLAIM_COLUMNS = {
+    "claim": pl.String, "probe_set": pl.String, "property": pl.String, "statistic": pl.String,
+    "controls": pl.String, "base_model": pl.String, "base_release": pl.String, "model": pl.String,
+    "release": pl.String, "base_value": pl.Float64, "value": pl.Float64, "difference": pl.Float64,
+    "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64, "n_resamples": pl.Int64,
+}
+
+
+def paired_claims(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: tuple[str, str], seed: int,
+                  resamples: int) -> pl.DataFrame:
+    """Each claim test on two releases (other - base), with a paired 95% bootstrap interval of the difference.
+
+    Both sides resample their units with the same seeded Poisson weights (a unit's weight hashes its position
+    among the test's units ordered by id), so replicate b resamples the same units on both sides where they
+    share the same units; a test whose units differ between the sides (e.g. a --limit audit on one side) is
+    left out. The difference's interval is the percentile interval of the replicate differences (both
+    defined). Runs every analysis the tests need on ``con`` for each side, one side after the other.
+    """
+    from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
+
+    sides = []
+    for model, release in (base, other):
+        results = pl.concat([r for name in AUDIT_ANALYSES if name not in ("norm_by_bin", "norm_rescoring")
+                             if (r := run_analysis(con, name, model, release, "paired-claims", seed=seed,
+                                                   resamples=resamples)).height], how="diagonal_relaxed")
+        sides.append({(t.claim, t.probe_set, t.property, t.statistic): (t, got)
+                      for t, got in run_tests(con, results, model, release, seed, resamples)})
+    rows = []
+    for key, (test, a) in sides[0].items():
+        b = sides[1][key][1] if key in sides[1] else None
+        if b is None or b.units != a.units or len(a.replicates) != len(b.replicates):
+            continue
+        low, high, kept = interval(b.replicates - a.replicates)
+        rows.append({"claim": test.claim, "probe_set": test.probe_set, "property": test.property,
+                     "statistic": test.statistic, "controls": ", ".join(test.controls) or None,
+                     "base_model": base[0], "base_release": base[1], "model": other[0], "release": other[1],
+                     "base_value": a.value, "value": b.value, "difference": b.value - a.value, "ci_low": low,
+                     "ci_high": high, "n": a.n, "n_resamples": kept})
+    return pl.DataFrame(rows, schema=PAIRED_CLAIM_COLUMNS)
 
 
 def read_claims(store: Store, run_id: str) -> pl.DataFrame:
