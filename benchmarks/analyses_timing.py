@@ -1,0 +1,83 @@
+"""Time each audit analysis on a stored release: what the intervals cost (issue 34).
+
+    python benchmarks/analyses_timing.py --root ROOT [--repeats 5]
+
+ROOT holds one audited (model, release), e.g. ``normaudit audit --model minilm-l6 --probes
+wordnet-reverse-dictionary --root ROOT``. Run it from two checkouts (before and after a change) in turns, on
+the same root, to compare their analyses on the same machine in the same hour (docs/benchmarks.md).
+
+Opens the catalog afresh for every repeat (so tables staged on a connection, e.g. the retrieval search,
+are not reused between repeats), runs pipeline.analysis.analyses.run_analysis for every name in
+AUDIT_ANALYSES in order, and prints per-analysis median seconds and the median of the per-repeat totals.
+The catalog open time is reported apart and is not part of the total.
+Uses only public functions: pipeline.storage.store.Store, pipeline.storage.catalog.open_catalog,
+pipeline.analysis.analyses.{AUDIT_ANALYSES, run_analysis}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import time
+
+from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
+from pipeline.storage.catalog import open_catalog
+from pipeline.storage.store import Store
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    store = Store(args.root)
+    con = open_catalog(store)
+    pairs = con.execute("select distinct model, release from embeddings order by 1, 2").fetchall()
+    counts = con.execute(
+        "select e.probe_set, i.kind, count(*) from embeddings e join probe_items i "
+        "using (probe_set, item_id) group by 1, 2 order by 1, 2").fetchall()
+    con.close()
+    if len(pairs) != 1:
+        raise SystemExit(f"expected one model/release in {args.root}, found {pairs}")
+    model, release = pairs[0]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    print(f"root {args.root}; model {model} release {release}; cwd commit {commit}")
+    for ps, kind, n in counts:
+        print(f"  embedded: {ps} {kind} {n}")
+
+    times = {name: [] for name in AUDIT_ANALYSES}
+    rows = {name: [] for name in AUDIT_ANALYSES}
+    totals, opens = [], []
+    for rep in range(args.repeats):
+        t0 = time.perf_counter()
+        con = open_catalog(store)
+        opens.append(time.perf_counter() - t0)
+        total = 0.0
+        for name in AUDIT_ANALYSES:
+            t0 = time.perf_counter()
+            out = run_analysis(con, name, model, release, run_id="bench")
+            dt = time.perf_counter() - t0
+            times[name].append(dt)
+            rows[name].append(out.height)
+            total += dt
+        con.close()
+        totals.append(total)
+        print(f"repeat {rep + 1}: total {total:.3f} s (open_catalog {opens[-1]:.3f} s) "
+              + " ".join(f"{n}={times[n][-1]:.3f}" for n in AUDIT_ANALYSES), flush=True)
+
+    print(f"\n{'analysis':<26}{'median s':>10}{'min s':>10}{'max s':>10}{'rows':>6}")
+    for name in AUDIT_ANALYSES:
+        t = times[name]
+        print(f"{name:<26}{statistics.median(t):>10.3f}{min(t):>10.3f}{max(t):>10.3f}{rows[name][-1]:>6}")
+    print(f"{'TOTAL (median of totals)':<26}{statistics.median(totals):>10.3f}{min(totals):>10.3f}"
+          f"{max(totals):>10.3f}")
+    print(f"{'open_catalog (not in total)':<26}{statistics.median(opens):>10.3f}")
+
+
+if __name__ == "__main__":
+    main()
