@@ -27,6 +27,7 @@ frequent).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Literal
 
@@ -35,6 +36,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
 from pipeline.analysis.retrieval_intervals import REPLICATES
 from pipeline.analysis.sql import DEFAULT_PARAMS, run_query
 from pipeline.analysis.unit_bootstrap import (
@@ -45,6 +47,7 @@ from pipeline.analysis.unit_bootstrap import (
     replicate_chunks,
     weighted_mean,
 )
+from pipeline.storage.runs import write_claims
 from pipeline.storage.store import Store
 
 ALPHA = 0.05
@@ -166,8 +169,6 @@ class TestResult(BaseModel):
 
 
 def _digest(ids: list[str]) -> str:
-    import hashlib
-
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
@@ -274,7 +275,7 @@ def _base(test: ClaimTest) -> dict:
 
 
 def claims_table(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str, release: str, run_id: str,
-                 seed: int, resamples: int) -> pl.DataFrame:
+                 seed: int = DEFAULT_PARAMS["seed"], resamples: int = DEFAULT_PARAMS["resamples"]) -> pl.DataFrame:
     """The claims table of one audit (columns :data:`CLAIM_COLUMNS`): one row per test its probe sets allow,
     with the verdict of its claim (:func:`run_tests` says what ``con`` and ``results`` must hold)."""
     coverage = {r["probe_set"]: (r["n_items"], r["n_embedded"])
@@ -321,8 +322,6 @@ def paired_claims(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
     left out. The difference's interval is the percentile interval of the replicate differences (both
     defined). Runs every analysis the tests need on ``con`` for each side, one side after the other.
     """
-    from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
-
     sides = []
     for model, release in (base, other):
         results = pl.concat([r for name in AUDIT_ANALYSES if name not in ("norm_by_bin", "norm_rescoring")
@@ -342,6 +341,21 @@ def paired_claims(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
                      "base_value": a.value, "value": b.value, "difference": b.value - a.value, "ci_low": low,
                      "ci_high": high, "n": a.n, "n_resamples": kept})
     return pl.DataFrame(rows, schema=PAIRED_CLAIM_COLUMNS)
+
+
+def p_text(p: float | None, n_resamples: int | None) -> str:
+    """A Holm-adjusted p for people: a bootstrap p of 0 is below its resolution, 2 / replicates."""
+    if p is None:
+        return "—"
+    if p == 0 and n_resamples:
+        return f"< {2 / n_resamples:.2g}"
+    return f"{p:.3g}"
+
+
+def store_claims(store: Store, claims: pl.DataFrame) -> None:
+    """Write an audit's claims table (``claims/<run_id>.parquet``); nothing when it has no row."""
+    if claims.height:
+        write_claims(store, claims["run_id"][0], claims)
 
 
 def read_claims(store: Store, run_id: str) -> pl.DataFrame:

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis import plots
+from pipeline.analysis.claims import p_text
 from pipeline.analysis.report_html import Table, fmt, render, table
 from pipeline.analysis.sql import run_query
 from pipeline.names import check_name
@@ -238,7 +239,7 @@ def _claims_table(con: duckdb.DuckDBPyConnection, model: str, release: str) -> T
             "claim": r["claim"].replace("_", " "), "verdict": r["verdict"], "population": r["population"],
             "test": f"{r['property']}: {r['statistic']}{controls} (claimed {r['direction']} vs {r['null_value']:g})",
             "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"]), "n": r["n"],
-            "p (Holm)": "—" if r["p_holm"] is None else f"{r['p_holm']:.3g}", "evidence": r["evidence"]})
+            "p (Holm)": p_text(r["p_holm"], r["n_resamples"]), "evidence": r["evidence"]})
     return table(rows, CLAIM_TABLE_COLUMNS)
 
 

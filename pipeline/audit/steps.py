@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, RESULT_COLUMNS, run_analysis
-from pipeline.analysis.claims import claims_table
+from pipeline.analysis.claims import claims_table, store_claims
 from pipeline.analysis.compare import (
     ALERT_COLUMNS,
     AlertThresholds,
@@ -26,7 +26,6 @@ from pipeline.analysis.compare import (
 )
 from pipeline.analysis.comparison_page import render_comparison_page
 from pipeline.analysis.paired import paired_comparison, write_comparison
-from pipeline.analysis.sql import DEFAULT_PARAMS
 from pipeline.audit.child import run_in_child
 from pipeline.audit.context import AuditContext
 from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
@@ -52,7 +51,7 @@ from pipeline.storage.parts import (
     read_orphan,
     write_part,
 )
-from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_claims, write_results
+from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_results
 from pipeline.storage.shards import (
     PartRows,
     Shard,
@@ -307,8 +306,7 @@ def write_token_properties(store: Store, model: str, release: str, norms: pl.Dat
 
 
 def run_analyses(ctx: AuditContext) -> pl.DataFrame:
-    """Run the audit's SQL analyses over committed data and store their ``results`` rows, then the claims
-    table they decide (``claims``; none when the probe sets speak to no claim)."""
+    """Run the audit's analyses over committed data; store their ``results`` rows and the ``claims`` they decide."""
     con = open_catalog(ctx.store)
     frames = []
     try:
@@ -317,14 +315,11 @@ def run_analyses(ctx: AuditContext) -> pl.DataFrame:
             if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
                 write_results(ctx.store, ctx.run_id, name, res)
                 frames.append(res)
-        results = pl.concat(frames) if frames else pl.DataFrame(schema={c: pl.String for c in RESULT_COLUMNS})
-        claims = claims_table(con, results, ctx.model, ctx.release, ctx.run_id, DEFAULT_PARAMS["seed"],
-                              DEFAULT_PARAMS["resamples"])
-        if claims.height:
-            write_claims(ctx.store, ctx.run_id, claims)
+        results = pl.concat(frames) if frames else pl.DataFrame(schema=dict.fromkeys(RESULT_COLUMNS, pl.String))
+        store_claims(ctx.store, claims_table(con, results, ctx.model, ctx.release, ctx.run_id))
     finally:
         con.close()  # the catalog keeps the memory it freed until it closes (pipeline.storage.catalog.connect)
-    return pl.concat(frames) if frames else pl.DataFrame()
+    return results
 
 
 def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:

@@ -1,25 +1,42 @@
-"""The claims table as the audit's summary prints it: one row per test, grouped by claim with its verdict."""
+"""The claims table as the audit's summary prints it: each claim's verdict, then one line per test."""
 
 from __future__ import annotations
 
 import polars as pl
-from rich.table import Table
+
+from pipeline.analysis.claims import limit_note, p_text, read_claims
+from pipeline.settings import load_settings
+from pipeline.storage.store import open_store
+
+RULE = "rule and populations: docs/analyses.md, 'The claims table'"
 
 
-def _number(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:+.{digits}f}"
+def test_text(row: dict) -> str:
+    """``ρ(norm, min_depth | zipf, n_tokens)`` for a partial correlation, else the statistic's name."""
+    if row["statistic"].startswith(("partial_spearman", "spearman")):
+        given = f" | {row['controls']}" if row["controls"] else ""
+        return f"ρ(norm, {row['property']}{given})"
+    return f"{row['statistic']} ({row['property']})"
 
 
-def claims_rich_table(claims: pl.DataFrame, title: str) -> Table:
-    """A rich table of ``claims`` (:data:`pipeline.analysis.claims.CLAIM_COLUMNS`)."""
-    table = Table(title=title, caption="verdict rule and populations: docs/analyses.md, 'The claims table'")
-    for col, justify in (("claim", "left"), ("verdict", "left"), ("population", "left"), ("statistic", "left"),
-                         ("value", "right"), ("95% CI", "right"), ("n", "right"), ("p (Holm)", "right"),
-                         ("evidence", "left")):
-        table.add_column(col, justify=justify, overflow="fold")
-    for row in claims.iter_rows(named=True):
-        ci = "—" if row["ci_low"] is None else f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
-        table.add_row(row["claim"], row["verdict"], row["population"],
-                      f"{row['statistic']} ({row['direction']} vs {row['null_value']:g})", _number(row["value"]), ci,
-                      f"{row['n']:,}", "—" if row["p_holm"] is None else f"{row['p_holm']:.3g}", row["evidence"])
-    return table
+def claims_lines(claims: pl.DataFrame, title: str) -> list[str]:
+    """The lines to print for ``claims`` (:data:`pipeline.analysis.claims.CLAIM_COLUMNS`)."""
+    lines = [f"{title} ({RULE})"]
+    for (claim,), part in claims.group_by(["claim"], maintain_order=True):
+        lines.append(f"{claim.replace('_', ' ')}: {part['verdict'][0]}")
+        for row in part.iter_rows(named=True):
+            ci = "" if row["ci_low"] is None else f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+            p = p_text(row["p_holm"], row["n_resamples"])
+            lines.append(f"  {test_text(row)} = {row['value']:+.3f}{ci}, Holm p {p}, {row['evidence']} "
+                         f"(claimed {row['direction']}); {row['population']}")
+    return lines
+
+
+def print_claims(console, summary, limit: int | None = None) -> None:
+    """After an audit: the line saying what a ``--limit`` sample is, then the run's claims table if any."""
+    if note := limit_note(limit):
+        console.print(note, highlight=False, soft_wrap=True)
+    claims = read_claims(open_store(load_settings(root=summary.root)), summary.run_id)
+    if claims.height:
+        for line in claims_lines(claims, f"claims — {summary.model} @ {summary.release}"):
+            console.print(line, highlight=False, soft_wrap=True)

@@ -183,11 +183,9 @@ def _print_summary(summary, timings: bool = False, limit: int | None = None) -> 
         from pipeline.analysis.analyses import interval_note
 
         console.print(interval_note(res), highlight=False, soft_wrap=True)
-    from pipeline.analysis.claims import limit_note
+    from pipeline.cli.claims_view import print_claims
 
-    if note := limit_note(limit):
-        console.print(note, highlight=False, soft_wrap=True)
-    _print_claims(console, summary)
+    print_claims(console, summary, limit)
     if summary.alerts is not None and summary.alerts.height:
         for msg in summary.alerts["message"].to_list():
             console.print(f"[bold red]alert[/]: {msg}")
@@ -208,18 +206,6 @@ def _print_summary(summary, timings: bool = False, limit: int | None = None) -> 
     if summary.report:
         console.print(f"report: {summary.report}")
     console.print(f'query it: normaudit sql --root {summary.root} "select * from results"')
-
-
-def _print_claims(console, summary) -> None:
-    """The audit's claims table (pipeline/analysis/claims.py), when its probe sets speak to a claim."""
-    from pipeline.analysis.claims import read_claims
-    from pipeline.cli.claims_view import claims_rich_table
-    from pipeline.settings import load_settings
-    from pipeline.storage.store import open_store
-
-    claims = read_claims(open_store(load_settings(root=summary.root)), summary.run_id)
-    if claims.height:
-        console.print(claims_rich_table(claims, f"claims — {summary.model} @ {summary.release}"))
 
 
 @app.command()
