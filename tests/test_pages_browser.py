@@ -198,8 +198,8 @@ def test_the_report_shows_the_claims_table_in_a_browser(tmp_path):
     assert [r[0] for r in rows] == ["specificity"] * 3 + ["frequency"]
     frequency = rows[-1]
     assert frequency[1] == "supported" and frequency[2] == f"wordnet-nouns: {n} items with zipf"
-    assert frequency[3].startswith("zipf: partial_spearman_n_tokens | n_tokens (claimed - vs 0)")
+    assert frequency[3] == "ρ(norm, zipf | n_tokens), claimed - vs 0"
     assert re.fullmatch(r"-0\.\d{3} \[-0\.\d{3}, -0\.\d{3}\]", frequency[4]) and frequency[5] == str(n)
-    assert frequency[7] == "supports"
+    assert frequency[6] == "< 0.002" and frequency[7] == "supports"  # p = 0: below its resolution 2 / 1,000
     layout = page_layout(page, tmp_path / "profile-layout")
     assert layout["scroll_width"] <= layout["viewport"]

@@ -358,6 +358,14 @@ def store_claims(store: Store, claims: pl.DataFrame) -> None:
         write_claims(store, claims["run_id"][0], claims)
 
 
+def test_text(row: dict) -> str:
+    """``ρ(norm, min_depth | zipf, n_tokens)`` for a partial correlation, else the statistic's name."""
+    if row["statistic"].startswith(("partial_spearman", "spearman")):
+        given = f" | {row['controls']}" if row["controls"] else ""
+        return f"ρ(norm, {row['property']}{given})"
+    return f"{row['statistic']} ({row['property']})"
+
+
 def read_claims(store: Store, run_id: str) -> pl.DataFrame:
     """The claims table an audit stored (empty when its probe sets spoke to no claim)."""
     rel = f"claims/{run_id}.parquet"

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis import plots
-from pipeline.analysis.claims import p_text
+from pipeline.analysis.claims import p_text, test_text
 from pipeline.analysis.report_html import Table, fmt, render, table
 from pipeline.analysis.sql import run_query
 from pipeline.names import check_name
@@ -234,10 +234,9 @@ def _claims_table(con: duckdb.DuckDBPyConnection, model: str, release: str) -> T
         return None
     rows = []
     for r in claims.iter_rows(named=True):
-        controls = f" | {r['controls']}" if r["controls"] else ""
         rows.append({
             "claim": r["claim"].replace("_", " "), "verdict": r["verdict"], "population": r["population"],
-            "test": f"{r['property']}: {r['statistic']}{controls} (claimed {r['direction']} vs {r['null_value']:g})",
+            "test": f"{test_text(r)}, claimed {r['direction']} vs {r['null_value']:g}",
             "value [95% CI]": fmt(r["value"], r["ci_low"], r["ci_high"]), "n": r["n"],
             "p (Holm)": p_text(r["p_holm"], r["n_resamples"]), "evidence": r["evidence"]})
     return table(rows, CLAIM_TABLE_COLUMNS)

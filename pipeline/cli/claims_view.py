@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.analysis.claims import limit_note, p_text, read_claims
+from pipeline.analysis.claims import limit_note, p_text, read_claims, test_text
 from pipeline.settings import load_settings
 from pipeline.storage.store import open_store
 
 RULE = "rule and populations: docs/analyses.md, 'The claims table'"
-
-
-def test_text(row: dict) -> str:
-    """``ρ(norm, min_depth | zipf, n_tokens)`` for a partial correlation, else the statistic's name."""
-    if row["statistic"].startswith(("partial_spearman", "spearman")):
-        given = f" | {row['controls']}" if row["controls"] else ""
-        return f"ρ(norm, {row['property']}{given})"
-    return f"{row['statistic']} ({row['property']})"
 
 
 def claims_lines(claims: pl.DataFrame, title: str) -> list[str]:
