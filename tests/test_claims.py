@@ -7,9 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 from scipy import stats
+from sklearn.metrics import roc_auc_score
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
-from pipeline.analysis.claims import CLAIM_TESTS, claims_table, evidence, holm, verdict
+from pipeline.analysis.claims import CLAIM_TESTS, claims_table, evidence, holm, paired_claims, verdict
 from pipeline.probes import ProbeSet
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
@@ -102,8 +103,6 @@ def test_holm_and_the_verdict_rule():
 def test_paired_claims_match_a_numpy_paired_bootstrap(tmp_path):
     """Two releases of the same items: each controlled test's difference (other - base) and its paired interval
     equal a numpy bootstrap drawing the same resample on both sides; a release against itself gives [0, 0]."""
-    from pipeline.analysis.claims import paired_claims
-
     store = Store(str(tmp_path / "root"))
     ps, norms, n_tokens, props = _nouns()
     rng = np.random.default_rng(11)
@@ -128,3 +127,54 @@ def test_paired_claims_match_a_numpy_paired_bootstrap(tmp_path):
     assert paired.filter(pl.col("claim") == "frequency")["ci_low"][0] > 0  # other's norm tracks zipf less
     same = paired_claims(con, ("m", "r1"), ("m", "r1"), SEED, B)
     assert (same["difference"] == 0).all() and (same["ci_low"] == 0).all() and (same["ci_high"] == 0).all()
+
+
+def _retrieval_set(store: Store, release: str, noise_scale: float, seed: int = 21) -> None:
+    """A Cranfield-named retrieval set: queries near their one relevant document, noisier ones shorter."""
+    rng = np.random.default_rng(seed)
+    n_docs, n_queries, dim = 80, 50, 8
+    docs = rng.normal(size=(n_docs, dim))
+    target = np.arange(n_queries) % n_docs
+    noise = np.random.default_rng(7).uniform(0.2, 3.0, n_queries) * noise_scale
+    queries = docs[target] / np.linalg.norm(docs[target], axis=1, keepdims=True) + noise[:, None] * rng.normal(
+        size=(n_queries, dim)) / np.sqrt(dim)
+    queries *= (3.0 - 0.5 * noise)[:, None] / np.linalg.norm(queries, axis=1, keepdims=True)
+    q_ids, d_ids = [f"q:{i:03d}" for i in range(n_queries)], [f"d:{i:03d}" for i in range(n_docs)]
+    items = pl.DataFrame({"item_id": q_ids + d_ids, "text": [f"t{i}" for i in range(n_queries + n_docs)],
+                          "kind": ["query"] * n_queries + ["doc"] * n_docs, "lang": "en", "source": "synthetic"})
+    relations = pl.DataFrame({"left_id": q_ids, "right_id": [d_ids[t] for t in target], "relation": "relevant",
+                              "value": 1.0})
+    vectors = np.vstack([queries, docs]).astype(np.float32)
+    store_synthetic(store, "m", release, ProbeSet(name="cranfield", items=items, relations=relations),
+                    np.linalg.norm(vectors.astype(np.float64), axis=1), vectors=vectors)
+
+
+def test_retrieval_claims_and_their_paired_difference_match_sklearn(tmp_path):
+    """The retrieval claim's AUROC row is the stored one, its p the bootstrap p of sklearn AUROCs on the same
+    resamples, and the paired difference between two releases a numpy paired bootstrap of them."""
+    store = Store(str(tmp_path / "root"))
+    _retrieval_set(store, "r1", 1.0)
+    _retrieval_set(store, "r2", 1.3)
+    con = open_catalog(store)
+    claims = _claims(store).filter(pl.col("claim") == "retrieval_calibration")
+    row = claims.filter(pl.col("statistic") == "auroc_query_norm").row(0, named=True)
+    per_query = {}
+    for release in ("r1", "r2"):
+        run_analysis(con, "retrieval_calibration", "m", release, "x", resamples=B)
+        per_query[release] = con.execute("select success_at_1, query_norm from retrieval_queries where alpha = 0 "
+                                         "order by query_id").fetchnumpy()
+    w = poisson_weights(SEED, B, len(per_query["r1"]["query_norm"]))
+
+    def reps(release):
+        y, x = per_query[release]["success_at_1"], per_query[release]["query_norm"]
+        return np.array([roc_auc_score(np.repeat(y, w[b]), np.repeat(x, w[b])) for b in range(B)])
+
+    r1, r2 = reps("r1"), reps("r2")
+    y1 = per_query["r1"]["success_at_1"]
+    assert row["value"] == pytest.approx(roc_auc_score(y1, per_query["r1"]["query_norm"]), abs=1e-9)
+    assert row["p_value"] == pytest.approx(min(1.0, 2 * min(np.mean(r1 <= 0.5), np.mean(r1 >= 0.5))), abs=1e-12)
+    assert row["population"] == "cranfield: 50 queries"
+    paired = paired_claims(con, ("m", "r1"), ("m", "r2"), SEED, B)
+    diff = paired.filter(pl.col("statistic") == "auroc_query_norm").row(0, named=True)
+    assert (diff["ci_low"], diff["ci_high"]) == pytest.approx(tuple(np.quantile(r2 - r1, [0.025, 0.975])), abs=1e-9)
+    assert set(paired["statistic"]) == {"auroc_query_norm", "cv_auroc_gain_query_norm"}

@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis
+from pipeline.analysis.analyses import RESULT_COLUMNS, run_analysis
 from pipeline.analysis.retrieval_intervals import REPLICATES
 from pipeline.analysis.sql import DEFAULT_PARAMS, run_query
 from pipeline.analysis.unit_bootstrap import (
@@ -109,6 +109,10 @@ CLAIM_TESTS: tuple[ClaimTest, ...] = (
       for source, stat, null in (("retrieval_calibration", "auroc_query_norm", 0.5),
                                  ("retrieval_signals", "cv_auroc_gain_query_norm", 0.0))),
 )
+
+
+# the audit analyses whose stored rows a test reads, in the order they must run
+TEST_SOURCES = ("hypernym_pairs", "retrieval_calibration", "retrieval_signals")
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -324,9 +328,10 @@ def paired_claims(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
     """
     sides = []
     for model, release in (base, other):
-        results = pl.concat([r for name in AUDIT_ANALYSES if name not in ("norm_by_bin", "norm_rescoring")
-                             if (r := run_analysis(con, name, model, release, "paired-claims", seed=seed,
-                                                   resamples=resamples)).height], how="diagonal_relaxed")
+        # only the analyses whose rows a test reads (the controlled tests compute their own statistics)
+        results = pl.concat([r for name in TEST_SOURCES if (r := run_analysis(
+            con, name, model, release, "paired-claims", seed=seed, resamples=resamples)).height] or
+            [pl.DataFrame(schema=dict.fromkeys(RESULT_COLUMNS, pl.String))], how="diagonal_relaxed")
         sides.append({(t.claim, t.probe_set, t.property, t.statistic): (t, got)
                       for t, got in run_tests(con, results, model, release, seed, resamples)})
     rows = []
