@@ -84,9 +84,11 @@ class QuerySet:
         """(analysis, property, statistic, value per replicate) for the replicates of weights ``w``."""
         out = []
         auroc = {}
+        for signal, order in self.auroc_orders.items():
+            for target, value in zip(TARGETS, order.aurocs([self.success[t] for t in TARGETS], w), strict=True):
+                auroc[target, signal] = value
         for target, y in self.success.items():
-            for signal, order in self.auroc_orders.items():
-                auroc[target, signal] = order.auroc(y, w)
+            for signal in self.auroc_orders:
                 out.append(("retrieval_calibration", target, f"auroc_{signal}", auroc[target, signal]))
             for other in ("top1_cosine", "top1_margin"):
                 out.append(("retrieval_signals", target, f"auroc_query_norm_minus_{other}",

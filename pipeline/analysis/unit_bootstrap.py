@@ -70,23 +70,33 @@ class AurocOrder:
         kept = score[self.keep]
         self.perm = self.keep[np.argsort(kept, kind="stable")]
         ranked = score[self.perm]
-        # tie groups of equal scores in ascending order: their starts, for per-group sums
-        self.starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])) if len(ranked) else \
-            np.zeros(0, dtype=np.int64)
+        # tie groups of equal scores in ascending order: their starts, for per-group sums (None: no ties)
+        starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])) if len(ranked) else None
+        self.starts = None if starts is None or len(starts) == len(ranked) else starts
 
     def auroc(self, success: np.ndarray, w: np.ndarray) -> np.ndarray:
         """Each replicate's AUROC of this signal for ``success`` (0/1 per unit); NaN without both outcomes."""
+        return self.aurocs([success], w)[0]
+
+    def aurocs(self, successes: list[np.ndarray], w: np.ndarray) -> list[np.ndarray]:
+        """:meth:`auroc` for several outcomes, the weights put in this signal's order once."""
         if not len(self.perm):
-            return np.full(len(w), np.nan)
+            return [np.full(len(w), np.nan) for _ in successes]
         ws = w[:, self.perm]
-        s = success[self.perm].astype(np.float64)
-        pos = np.add.reduceat(ws * s, self.starts, axis=1)
-        neg = np.add.reduceat(ws * (1.0 - s), self.starts, axis=1)
-        below = np.cumsum(neg, axis=1) - neg
-        n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.einsum("ij,ij->i", pos, below + 0.5 * neg) / (n_pos * n_neg)
-        out[(n_pos == 0) | (n_neg == 0)] = np.nan
+        group = ws if self.starts is None else np.add.reduceat(ws, self.starts, axis=1)
+        out = []
+        for success in successes:
+            s = success[self.perm].astype(np.float64)
+            pos = ws * s if self.starts is None else np.add.reduceat(ws * s, self.starts, axis=1)
+            neg = group - pos
+            # negative weight below each group plus half the group's own: cumsum - neg / 2
+            below = np.cumsum(neg, axis=1)
+            below -= 0.5 * neg
+            n_pos, n_neg = pos.sum(axis=1), below[:, -1] + 0.5 * neg[:, -1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = np.einsum("ij,ij->i", pos, below) / (n_pos * n_neg)
+            value[(n_pos == 0) | (n_neg == 0)] = np.nan
+            out.append(value)
         return out
 
 
@@ -99,19 +109,27 @@ class SelectiveOrder:
         self.perm = keep[np.lexsort((keep, -score[keep]))]
 
     def curve(self, success: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """(replicates x 10): success rate of the top tenths 1..10 of each replicate's copies."""
+        """(replicates x 10): success rate of the top tenths 1..10 of each replicate's copies.
+
+        The first k copies are the units before the first whose running weight reaches k, and k less that
+        running weight's value before it, of that unit: two running sums, one search per replicate."""
+        out = np.full((len(w), len(COVERAGE_TENTHS)), np.nan)
+        if not len(self.perm):
+            return out
         ws = w[:, self.perm]
         s = success[self.perm].astype(np.float64)
         through = np.cumsum(ws, axis=1)
-        before = through - ws
-        total = through[:, -1:] if through.shape[1] else np.zeros((len(w), 1))
-        out = np.empty((len(w), len(COVERAGE_TENTHS)))
-        for j, tenths in enumerate(COVERAGE_TENTHS):
+        hits = np.cumsum(ws * s, axis=1)
+        tenths = np.asarray(COVERAGE_TENTHS, dtype=np.float64)
+        for b in range(len(w)):
+            total = through[b, -1]
+            if total == 0:
+                continue
             kept = (tenths * total + 9) // 10  # ceil(tenths * W / 10) in whole copies
-            inside = np.clip(kept - before, 0.0, ws)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out[:, j] = (inside @ s) / kept[:, 0]
-        out[total[:, 0] == 0] = np.nan
+            last = np.searchsorted(through[b], kept, side="left")  # the unit holding copy number kept
+            before = np.where(last > 0, through[b, last - 1], 0.0)
+            hits_before = np.where(last > 0, hits[b, last - 1], 0.0)
+            out[b] = (hits_before + (kept - before) * s[last]) / kept
         return out
 
 
