@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     precision: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="dtype the model's forward pass runs in (pooling and norms stay float32/float64)"
     )
+    lease_ttl_s: float = Field(
+        600.0, gt=0, description="seconds a release's lease lives unrenewed; a live audit renews it every quarter "
+        "of this, so it lapses only when its run is gone (pipeline/storage/lease.py)")
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
     )

@@ -128,17 +128,18 @@ def test_a_commit_without_the_lease_is_refused_and_changes_nothing(tmp_path, tin
     shards = split_shards("w", ps.items, "f" * 64, {}, 10)
     ctx_a = AuditContext(load_settings(root=root), "m", "r", "run-a", steps.resolve(str(tiny_model_dir)))
     template = Manifest("m", "r", "w", "f" * 64, {}, 4, "float32")
-    assert steps.commit_batch(ctx_a, template, [_written(store, ps, shards[0])]) == 10  # run-a takes the lease
+    held = steps.open_release(ctx_a)
+    assert steps.commit_batch(ctx_a, held, template, [_written(store, ps, shards[0])]) == 10
     ctx_b = AuditContext(ctx_a.settings, "m", "r", "run-b", ctx_a.resolved)
     before = store.read_bytes(f"{store.embeddings_dir('m', 'r', 'w')}/_manifest.json")
-    with pytest.raises(lease.LeaseHeldError):  # a second audit of the release commits nothing
-        steps.commit_batch(ctx_b, template, [_written(store, ps, shards[1])])
+    with pytest.raises(lease.LeaseHeldError):  # a second audit of the release gets no lease to commit under
+        steps.open_release(ctx_b)
     # run-a's lease ends (released here, as a TTL expiry would) and run-c takes the release: run-a's next batch is
     # refused and the manifest stays as it was
-    lease.release(store, "m", "r", "run-a")
+    lease.release(store, "m", "r", held)
     lease.acquire(store, "m", "r", "run-c")
-    with pytest.raises(lease.LeaseHeldError):
-        steps.commit_batch(ctx_a, template, [_written(store, ps, shards[1])])
+    with pytest.raises(lease.LeaseLostError):
+        steps.commit_batch(ctx_a, held, template, [_written(store, ps, shards[1])])
     assert store.read_bytes(f"{store.embeddings_dir('m', 'r', 'w')}/_manifest.json") == before
     assert open_catalog(store).execute("select count(*) from embeddings").fetchone() == (10,)
 

@@ -230,23 +230,25 @@ def embed_shard(ctx: AuditContext, ref: ShardRef, template: Manifest) -> Written
     return WrittenPart(info, ref.probe_set, ref.supersedes)
 
 
-def commit_batch(ctx: AuditContext, template: Manifest, parts: list[WrittenPart]) -> int:
+def commit_batch(ctx: AuditContext, held: lease.Lease, template: Manifest, parts: list[WrittenPart]) -> int:
     """Add written parts to their partition's manifest in one atomic write, under the release's lease.
 
-    Returns the rows committed.
+    ``held`` is the lease :func:`open_release` took; the commit is refused with
+    :class:`~pipeline.storage.lease.LeaseLostError` unless it is still the current one (the parts then stay
+    invisible, for the next audit to reuse). Returns the rows committed.
     """
-    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)  # one writer per release (pipeline/storage/lease.py)
+    lease.check(ctx.store, held, ctx.model, ctx.release)  # fenced: one writer per release (pipeline/storage/lease.py)
     commit_parts(ctx.store, template, parts)
     return sum(p.info.rows for p in parts)
 
 
-def sweep_orphans(ctx: AuditContext, probe_set: str) -> int:
+def sweep_orphans(ctx: AuditContext, held: lease.Lease, probe_set: str) -> int:
     """Remove the part files of a partition its manifest does not list, once every shard of it is committed.
 
-    Runs under the release's lease after the audit's own shards have all finished, so no writer of this release
-    is left to commit them. Returns how many were removed.
+    Runs under the release's lease (``held``, checked first) after the audit's own shards have all finished, so
+    no writer of this release is left to commit them. Returns how many were removed.
     """
-    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    lease.check(ctx.store, held, ctx.model, ctx.release)
     manifest = ctx.store.read_manifest(ctx.model, ctx.release, probe_set)
     if manifest is None:
         return 0
@@ -343,10 +345,13 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
     return previous[0], alerts
 
 
-def open_release(ctx: AuditContext) -> None:
-    """Take the release's lease: one audit of a model release at a time; a release holds one precision."""
+def open_release(ctx: AuditContext) -> lease.Lease:
+    """Take the release's lease: one audit of a model release at a time; a release holds one precision.
+
+    Returns the lease the run keeps to the end: every commit checks it (fencing), a heartbeat renews it.
+    """
     refuse_mixed_release(ctx.store.manifests(ctx.model, ctx.release), ctx.model, ctx.release, ctx.settings.precision)
-    gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    return gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id, ctx.settings.lease_ttl_s)
 
 
 def build_data_docs(ctx: AuditContext) -> str | None:
@@ -359,9 +364,10 @@ def build_data_docs(ctx: AuditContext) -> str | None:
         return None
 
 
-def close_release(ctx: AuditContext, data_docs: bool = True) -> str | None:
-    """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
-    return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, data_docs)
+def close_release(ctx: AuditContext, held: lease.Lease | None, data_docs: bool = True) -> str | None:
+    """Release the lease (``held``, None when it was never taken) and build the run's Data Docs next to the data
+    (unless ``data_docs`` is False)."""
+    return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, held, data_docs)
 
 
 def clean_staging(ctx: AuditContext) -> None:

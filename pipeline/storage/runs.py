@@ -124,7 +124,8 @@ def _why_abandoned(store: Store, holder: dict, now: float) -> str | None:
         return "its lease expired at " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease.renewed_at +
                                                                                          lease.ttl_s))
     if now > holder["started_at"] + DEFAULT_TTL_S:
-        return f"it holds no lease of {holder['model']} @ {holder['release']} and started over an hour ago"
+        return (f"it holds no lease of {holder['model']} @ {holder['release']} and started over "
+                f"{DEFAULT_TTL_S / 60:.0f} minutes ago")
     return None  # another host's run that may be about to take its lease
 
 
