@@ -85,6 +85,23 @@ def test_batches_commit_by_count_and_by_age():
     assert batches.flush() == 0  # nothing waits
 
 
+def test_a_batch_whose_commit_failed_stays_pending_for_the_retry():
+    attempts: list[list[str]] = []
+
+    def commit(parts):
+        attempts.append([p.info.shard_id for p in parts])
+        if len(attempts) == 1:
+            raise OSError("storage went away")
+        return 10 * len(parts)
+
+    batches = BatchCommitter(commit, max_parts=2)
+    batches.add(_part(0))
+    with pytest.raises(OSError):
+        batches.add(_part(1))
+    assert [p.info.shard_id for p in batches.pending] == attempts[0]  # nothing dropped: the flow retries them
+    assert batches.flush() == 20 and attempts[1] == attempts[0] and batches.pending == []
+
+
 # ---------------------------------------------------------------- storage: batches, supersession, the lease
 def _written(store: Store, ps, shard, seed: int = 0) -> WrittenPart:
     rng = np.random.default_rng(seed)
