@@ -240,3 +240,26 @@ def test_a_large_probe_set_is_prepared_in_a_child_process_with_the_same_plan(tmp
     in_child = steps.prepare_probes(ctx, str(probes))
     assert children == [steps._prepare]  # it went through a child process
     assert in_child == inline and [r.size for r in in_child.refs] == [16, 16, 8]
+
+
+# ---------------------------------------------------------------- leftovers of a killed write
+def test_tmp_leftovers_are_listed_and_repair_sweeps_them_but_not_a_write_in_flight(tmp_path):
+    from tests.helpers import store_synthetic
+
+    root = str(tmp_path / "root")
+    store = Store(root)
+    store_synthetic(store, "m", "r", word_probe_set("w", 20, {"zipf": np.arange(20.0)}), np.linspace(1, 2, 20),
+                    shard_size=10)
+    in_release = f"{store.embeddings_dir('m', 'r', 'w')}/.tmp-{'1' * 32}"  # a worker killed mid-write
+    old = f"runs/.tmp-{'2' * 32}"  # a run record's write killed an hour ago
+    fresh = f"reports/.tmp-{'3' * 32}"  # a write in flight right now
+    for rel in (in_release, old, fresh):
+        store.write_bytes_atomic(rel, b"half")
+    os.utime(store.path(old), (time.time() - 7200, time.time() - 7200))
+    out = _cli("verify", "--root", root, tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert all(f"leftover: {store.url(rel)}" in out.stderr for rel in (in_release, old, fresh)), out.stderr
+    out = _cli("verify", "--root", root, "--repair", tmp_path=tmp_path)
+    assert out.returncode == 0 and "repaired: 2 leftover file(s) removed; 1 kept" in out.stdout, out.stdout
+    assert not store.exists(in_release) and not store.exists(old) and store.exists(fresh)
+    assert verify_root(store, "sha256").ok and lease.current_lease(store, "m", "r").released  # taken, given back

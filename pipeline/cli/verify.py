@@ -35,7 +35,7 @@ def verify(
 
     settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
     store = open_store(settings)
-    report = verify_root(store, "size" if quick else "sha256", texts=True)
+    report = verify_root(store, "size" if quick else "sha256", texts=True, leftovers=True)
     typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
                f"({report.depth})")
     _check_abandoned(store, repair)  # reported, never an exit 1: committed data does not depend on them

@@ -166,10 +166,12 @@ def verify_texts(store: Store, manifest: Manifest, current: dict[str, str],
     return problems
 
 
-def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> VerifyReport:
+def verify_root(store: Store, depth: str = "sha256", texts: bool = False, leftovers: bool = False) -> VerifyReport:
     """Check every committed part under the root; parts are read one at a time.
 
     ``texts``: also check every row's ``text_sha256`` against its probe item's (:func:`verify_texts`).
+    ``leftovers``: also list ``.tmp-*`` files (:func:`find_leftovers`: one listing of the whole root, so
+    ``normaudit verify`` asks for it, not every catalog that opens).
     """
     report = VerifyReport(depth)
     sizes = _sizes(store) if depth == "size" else None
@@ -187,7 +189,7 @@ def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> Ver
             report.problems.extend(verify_texts(store, m, current[m.probe_set],
                                                 frozenset(p.shard_id for p in problems)))
     report.orphans = [rel for rel in store.glob("embeddings/*/*/*/part-*.parquet") if rel not in listed]
-    report.leftovers = find_leftovers(store)
+    report.leftovers = find_leftovers(store) if leftovers else []
     return report
 
 
