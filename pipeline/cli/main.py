@@ -13,6 +13,7 @@ import typer
 from flows.console import quiet_console  # sets environment only: imports no Prefect
 from flows.interrupts import interruptible  # signal handling only: imports no Prefect
 from pipeline.cli.errors import ReportingGroup, VerboseOpt  # imports only typer and click
+from pipeline.cli.roots import require_store  # imports only typer
 from pipeline.cli.theory import theory_app  # a sub-app: imports only typer
 
 # Great Expectations logs every ephemeral docs folder it creates at INFO: noise in a terminal.
@@ -226,6 +227,7 @@ def sql(
         _fail("--format parquet writes a binary file: give --output PATH")
     settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
     store = open_store(settings)
+    require_store(store, root)  # a mistyped root must not answer 0 rows as if it were an empty store
     if output is not None and store.is_local and output.resolve().is_relative_to(Path(store.base).resolve()):
         # the store is written only through its protocol (staging, manifests); a stray file there is not a table
         _fail(f"refused: --output {output} is inside the storage root {settings.root}; "

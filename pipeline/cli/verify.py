@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli.errors import VerboseOpt
+from pipeline.cli.roots import require_store
 
 
 def verify(
@@ -35,6 +36,7 @@ def verify(
 
     settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
     store = open_store(settings)
+    require_store(store, root)  # a mistyped root is not "ok" for 0 parts
     report = verify_root(store, "size" if quick else "sha256", texts=True, leftovers=True)
     typer.echo(f"checked {report.parts} parts in {report.partitions} partitions of {store.root_url} "
                f"({report.depth})")
