@@ -5,6 +5,7 @@ within seconds, before Prefect, Dask or a model start."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -164,3 +165,35 @@ def test_a_root_without_a_store_is_one_error_line_and_nothing_is_created(tmp_pat
     assert out.returncode == 1 and f"no normaudit store at {tmp_path / 'normaudit-data'} (the default root)" \
         in out.stderr, out.stderr
     assert _tree(tmp_path) == before  # nothing created anywhere
+
+
+ODD_TYPES = ["select 'x'::blob, 1::bit, map([1],[2]), union_value(k := 1)", "select * from duckdb_settings()"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+@pytest.mark.parametrize("query", ODD_TYPES, ids=["blob-bit-map-union", "duckdb_settings"])
+def test_every_type_prints_as_rows_or_one_error_line_never_a_panic(tmp_path, inputs, query, fmt):
+    out = _run(tmp_path, ["sql", "--root", str(inputs["store"]), "--format", fmt, query])
+    assert "Traceback" not in out.stderr + out.stdout and "panicked" not in out.stderr + out.stdout, out.stderr
+    if out.returncode != 0:
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stderr.startswith("error:"), out.stderr
+        return
+    if "blob" in query:  # the strings they are printed as: a BLOB's hex, the others' DuckDB text
+        for shown in ("78", "0" * 31 + "1", "{1=2}"):
+            assert shown in out.stdout, out.stdout
+    else:
+        assert "access_mode" in out.stdout and "automatic" in out.stdout, out.stdout[:2000]
+    if fmt == "json":
+        rows = json.loads(out.stdout)
+        assert rows and all(isinstance(v, (str, int, float, bool, list, type(None))) for r in rows for v in r.values())
+
+
+def test_a_parquet_result_keeps_blobs_and_writes_unions_as_text(tmp_path, inputs):
+    import polars as pl
+
+    target = tmp_path / "out.parquet"
+    out = _run(tmp_path, ["sql", "--root", str(inputs["store"]), "--format", "parquet", "--output", str(target),
+                          "select 'x'::blob as b, union_value(k := 1) as u"])
+    assert out.returncode == 0, out.stderr
+    assert pl.read_parquet(target).rows() == [(b"x", "1")]
