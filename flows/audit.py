@@ -120,7 +120,8 @@ def embed_probes(ctx: AuditContext, held: Lease, probes: list[str], limit: int |
             log.info("%s: %d shards to embed (%d written by an earlier run, to check and reuse), %d already "
                      "committed", plan.name, len(plan.refs), plan.reusable, plan.skipped)
             out["embedded"][plan.name], out["reused"][plan.name] = _embed_and_commit(ctx, held, plan)
-            sweep_orphans(ctx, held, plan.name)  # parts no manifest lists (none once all are committed)
+            # parts no manifest lists; those past a --limit stay for a later audit of the whole set to reuse
+            sweep_orphans(ctx, held, plan.name, plan.later)
     commit_token_norms(ctx, token_norms.result())
     return out
 

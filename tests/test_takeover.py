@@ -190,3 +190,23 @@ def test_a_shard_longer_than_the_ttl_keeps_its_lease_and_a_concurrent_repair_ref
     assert f"embedded {N_ITEMS} items" in out, out
     assert not store.exists(stray)  # the audit's own sweep removed it once every shard was committed
     _assert_exactly_once(store, tmp_path)
+
+
+@pytest.mark.slow
+def test_an_audit_with_limit_keeps_the_orphans_a_later_full_audit_reuses(tmp_path, tiny_model_dir, probes):
+    root = str(tmp_path / "root")
+    store = Store(root)
+    a = RunA(root, tiny_model_dir, probes)
+    written = [a.embed(i) for i in range(4)]  # a run killed before its first commit: four orphans
+    assert lease.release(store, "tiny", "r", a.held)
+    limited = _cli("audit", "--model", str(tiny_model_dir), "--probes", probes, "--root", root, "--release", "r",
+                   "--limit", "20", tmp_path=tmp_path)
+    assert limited.returncode == 0, limited.stderr[-3000:]
+    d = store.embeddings_dir("tiny", "r", "takeover")
+    # shard 0 was reused; the orphans of the shards past the limit (the cut one's whole shard too) are still there
+    assert all(store.exists(f"{d}/{p.info.file}") for p in written[1:])
+    assert {p.shard_id for p in store.read_manifest("tiny", "r", "takeover").parts} >= {written[0].info.shard_id}
+    from pipeline.audit.context import AuditContext
+
+    plan = a.steps.prepare_probes(AuditContext(a.ctx.settings, "tiny", "r", "run-full", a.ctx.resolved), probes)
+    assert plan.reusable == 3 and len(plan.refs) == 3  # what the next full audit checks and commits as they are
