@@ -70,7 +70,6 @@ sweep_orphans = _task(steps.sweep_orphans)
 commit_token_norms = _task(steps.commit_token_norms)
 run_analyses = _task(steps.run_analyses)
 compare_with_previous = _task(steps.compare_with_previous)
-clean_staging = _task(steps.clean_staging)
 close_release = _task(steps.close_release)
 build_data_docs = _task(steps.build_data_docs)
 render_report = _task(steps.render_report)
@@ -227,9 +226,8 @@ def audit_release(
     ``replace`` lets a probe file replace a stored probe set of the same name (else that is refused).
     ``run_id`` (default: a new one) lets the caller clean up after the run if it is interrupted.
 
-    However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its
-    lease is released, its end is recorded and its uncommitted staging is removed, and no
-    second signal can cut that short (:func:`flows.interrupts.shielded`).
+    However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its lease is released
+    and its end is recorded, and no second signal can cut that short (:func:`flows.interrupts.shielded`).
 
     The embedding, the analyses and the pages run on one Dask cluster: ``settings.dask_address``, else a local
     cluster started here for this audit (:func:`flows.audit.run_audit` starts it earlier, beside the API).
@@ -264,7 +262,7 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
         # inside: an interrupt while the record is written (its liveness marker first) is recorded too
         register_run(ctx.store, run)
         for abandoned in sweep_abandoned_runs(ctx.store):  # runs a SIGKILL or a crash ended unrecorded
-            get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
+            get_run_logger().warning("abandoned %s: recorded as abandoned", abandoned)
         held = open_release(ctx)  # one audit per release at a time; kept to the end, checked at every commit
         # renewed on a timer from here to the end: a long preparation or shard never lets it lapse
         heartbeat = Heartbeat(ctx.store, held, ctx.model, ctx.release).start()
@@ -275,7 +273,6 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
         summary.results, summary.previous_release, summary.alerts = analyse_release.with_options(**on_cluster)(
             ctx, thresholds or AlertThresholds())
         run.status = "alerted" if summary.alerts.height else "completed"
-        clean_staging(ctx)
     except BaseException as exc:
         if is_interrupt(exc) and api_lost():  # stopped by the API watch of flows.runners.prefect_api
             run.status, run.message = INTERRUPTED, f"stopped: {api_lost()}"
@@ -309,15 +306,13 @@ def _signal_name(exc: BaseException) -> str:
 
 
 def _record_end(ctx: AuditContext, held: Lease | None, run: RunRecord) -> None:
-    """Give the lease back (Data Docs built), drop uncommitted staging, and record how the run ended.
+    """Give the lease back (Data Docs built) and record how the run ended.
 
     After an interrupt the plain functions run, not tasks: the stop must not wait on the Prefect API
     (a service manager's SIGTERM may have stopped it too), and the Data Docs are skipped.
     """
     interrupted = run.status == INTERRUPTED
     step = (lambda t: t.fn) if interrupted else (lambda t: t)
-    if run.status in (FAILED, INTERRUPTED):  # parts never committed are never used: a rerun embeds them again
-        step(clean_staging)(ctx)
     # a failed run's Data Docs are built here (they show what failed); a finished run's on a worker, with the pages
     step(close_release)(ctx, held, data_docs=run.status == FAILED)
     run.finished_at = dt.datetime.now(dt.UTC)
@@ -373,16 +368,12 @@ def run_audit(settings: Settings, model: str, probes: list[str], release: str | 
 
 
 def _interrupted(settings: Settings, run_id: str) -> Interrupted:
-    """After an interrupt: remove what a worker staged after the flow's cleanup; say what was kept."""
+    """After an interrupt: say how the run was recorded and what was kept."""
     with shielded():
-        store = open_store(settings)
-        # a worker that was mid-shard may have staged its part after the flow removed the folder; the
-        # local workers are stopped now (an external cluster's stragglers go at the next audit's sweep)
-        store.rm(f"staging/{run_id}", recursive=True)
-        status = run_status(store, run_id)
+        status = run_status(open_store(settings), run_id)
     if status is None:
         return Interrupted("interrupted before the run started: nothing was written")
     return Interrupted(
-        f"interrupted: run {run_id} is recorded as {status}, its lease is released and its staging removed; "
-        "every committed shard is kept, and rerunning the same command embeds only the rest"
+        f"interrupted: run {run_id} is recorded as {status} and its lease is released; every committed shard is "
+        "kept, and rerunning the same command embeds only the rest (reusing the parts written but not committed)"
     )

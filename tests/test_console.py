@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -103,10 +105,13 @@ def small_probes(tmp_path_factory) -> Path:
 
 
 def _audit(tmp_path: Path, model: Path, probes: Path, *extra: str, api_url: str | None = None):
-    """The installed CLI on a root with a left-over staging folder: the run logs a warning when it sweeps it."""
+    """The installed CLI on a root where a dead run is still marked running: the run logs a warning when it sweeps
+    it."""
     root = tmp_path / "root"
-    (root / "staging" / "old-run").mkdir(parents=True)
-    (root / "staging" / "old-run" / "part.parquet").write_bytes(b"left over")
+    (root / "runs" / "running").mkdir(parents=True)
+    dead = {"run_id": "old-run", "model": "m", "release": "r0", "host": socket.gethostname(), "pid": 2**22 - 1,
+            "pid_started": 0.0, "started_at": 0.0}  # no such process: its run ended unrecorded
+    (root / "runs" / "running" / "old-run.json").write_text(json.dumps(dead))
     env = {k: v for k, v in os.environ.items() if k not in _CONSOLE_SETTINGS}
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), NORMAUDIT_SHARD_SIZE="16")
     if api_url:

@@ -375,13 +375,8 @@ def close_release(ctx: AuditContext, held: lease.Lease | None, data_docs: bool =
     return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, held, data_docs)
 
 
-def clean_staging(ctx: AuditContext) -> None:
-    """Remove the run's staging folder: empty once every shard is committed, useless once the run ended."""
-    ctx.store.rm(f"staging/{ctx.run_id}", recursive=True)
-
-
 def sweep_abandoned_runs(store: Store) -> list[str]:
-    """Record runs whose process is gone as ``abandoned`` and remove the staging no live run owns."""
+    """Record runs whose process is gone as ``abandoned``; returns their descriptions."""
     found = find_abandoned(store)
     sweep_abandoned(store, found)
     return [r.describe() for r in found]

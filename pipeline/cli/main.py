@@ -221,7 +221,7 @@ def sql(
     store = open_store(settings)
     require_store(store, root)  # a mistyped root must not answer 0 rows as if it were an empty store
     if output is not None and store.is_local and output.resolve().is_relative_to(Path(store.base).resolve()):
-        # the store is written only through its protocol (staging, manifests); a stray file there is not a table
+        # the store is written only through its protocol (parts, manifests); a stray file there is not a table
         _fail(f"refused: --output {output} is inside the storage root {settings.root}; "
               "write the result somewhere outside it", code=2)
     try:

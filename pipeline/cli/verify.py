@@ -113,7 +113,7 @@ def _check_leftovers(store, leftovers: list[str], repair: bool, ttl_s: float) ->
 
 
 def _check_abandoned(store, repair: bool) -> None:
-    """Report runs that ended unrecorded (a SIGKILL, a power cut) and staging no live run owns; repair sweeps."""
+    """Report runs that ended unrecorded (a SIGKILL, a power cut); repair records them as abandoned."""
     from pipeline.storage.runs import find_abandoned, sweep_abandoned
 
     found = find_abandoned(store)
@@ -121,7 +121,6 @@ def _check_abandoned(store, repair: bool) -> None:
         typer.secho(f"abandoned: {run.describe()}", fg=typer.colors.YELLOW, err=True)
     if found and repair:
         sweep_abandoned(store, found)
-        typer.echo(f"repaired: {len(found)} abandoned run(s) recorded as abandoned, their staging removed")
+        typer.echo(f"repaired: {len(found)} abandoned run(s) recorded as abandoned")
     elif found:
-        typer.echo("note: --repair (or the next audit of any release) records them as abandoned and removes their "
-                   "staging", err=True)
+        typer.echo("note: --repair (or the next audit of any release) records them as abandoned", err=True)
