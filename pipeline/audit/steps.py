@@ -234,12 +234,9 @@ def embed_shard(ctx: AuditContext, ref: ShardRef, template: Manifest) -> Written
 
 
 def commit_batch(ctx: AuditContext, held: lease.Lease, template: Manifest, parts: list[WrittenPart]) -> int:
-    """Add written parts to their partition's manifest in one atomic write, under the release's lease.
-
-    ``held`` is the lease :func:`open_release` took; the commit is refused with
-    :class:`~pipeline.storage.lease.LeaseLostError` unless it is still the current one (the parts then stay
-    invisible, for the next audit to reuse). Returns the rows committed.
-    """
+    """Add written parts to their partition's manifest in one atomic write, under the release's lease ``held``
+    (:func:`open_release`); refused with ``LeaseLostError`` unless it is still the current one (the parts then
+    stay invisible, for the next audit to reuse). Returns the rows committed."""
     lease.check(ctx.store, held, ctx.model, ctx.release)  # fenced: one writer per release (pipeline/storage/lease.py)
     commit_parts(ctx.store, template, parts)
     return sum(p.info.rows for p in parts)
@@ -352,9 +349,7 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
 
 def open_release(ctx: AuditContext) -> lease.Lease:
     """Take the release's lease: one audit of a model release at a time; a release holds one precision.
-
-    Returns the lease the run keeps to the end: every commit checks it (fencing), a heartbeat renews it.
-    """
+    Returns the lease the run keeps to the end: every commit checks it (fencing), a heartbeat renews it."""
     refuse_mixed_release(ctx.store.manifests(ctx.model, ctx.release), ctx.model, ctx.release, ctx.settings.precision)
     return gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id, ctx.settings.lease_ttl_s)
 

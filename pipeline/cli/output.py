@@ -9,11 +9,14 @@ polars still refuses as one ``error:`` line naming the column's type and what to
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from enum import StrEnum
 from pathlib import Path
 
 import typer
+
+from pipeline.cli.table import MAX_ROWS, render
 
 
 class OutputFormat(StrEnum):
@@ -57,7 +60,7 @@ def printable(rel, format: OutputFormat):
 def write_output(table, format: OutputFormat, output: Path | None) -> None:
     """Write an Arrow table to ``output`` (else stdout) in ``format``; exit 1 with one ``error:`` line when polars
     cannot write one of its columns in that format."""
-    import polars as pl
+    import polars as pl  # a second to import: only when there is a result to write (the CLI starts fast)
 
     try:
         text = _render(table, format, output)
@@ -77,7 +80,7 @@ def write_output(table, format: OutputFormat, output: Path | None) -> None:
 
 def _render(table, format: OutputFormat, output: Path | None) -> str | None:
     """The text of ``table`` in ``format``; a Parquet file is written to ``output`` here (None returned)."""
-    import polars as pl
+    import polars as pl  # a second to import: only when there is a result to write (the CLI starts fast)
 
     frame = pl.from_arrow(table)
     if format is OutputFormat.parquet:
@@ -95,10 +98,6 @@ def _render(table, format: OutputFormat, output: Path | None) -> str | None:
 
 def table_text(frame) -> str:
     """The table layout (:mod:`pipeline.cli.table`) for the terminal's width, with a hint when values were cut."""
-    import shutil
-
-    from pipeline.cli.table import MAX_ROWS, render
-
     numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
     # $COLUMNS first, then the terminal, else 80; a file gets the same layout as the screen would
     width = shutil.get_terminal_size().columns
@@ -111,7 +110,7 @@ def table_text(frame) -> str:
 
 def flatten_nested(frame):
     """CSV has no nested types: write arrays/lists as JSON-style text."""
-    import polars as pl
+    import polars as pl  # a second to import: only when there is a result to write (the CLI starts fast)
 
     nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
     return frame.with_columns(

@@ -9,7 +9,7 @@ import typer
 def require_store(store, root_flag: str | None) -> None:
     """Exit 1 with one ``error:`` line naming the root, why it is not a store and the default root, unless
     ``store``'s root holds a normaudit store (:meth:`pipeline.storage.store.Store.why_no_store`)."""
-    from pipeline.settings import default_root
+    from pipeline.settings import default_root  # pydantic: kept out of the CLI's start-up, as in cli/main.py
 
     why = store.why_no_store()
     if why is None:
