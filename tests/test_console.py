@@ -50,6 +50,73 @@ def test_the_console_filter_drops_only_run_failure_records():
     assert keep(_record("prefect.engine", logging.ERROR, "Invalid flow entrypoint. Expected one argument"))
 
 
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_records_filtered_by_text_are_still_worded_so(prefect_api):
+    """The two message-text filters of flows/console.py (written for TEXT_FILTERS_WRITTEN_FOR) match the records
+    real flows log now: fails when Prefect words a failed final state or a crash otherwise."""
+    from prefect import flow, task
+
+    from flows.console import CRASH, FAILED_STATES, TEXT_FILTERS_WRITTEN_FOR
+
+    @task
+    def bad_shard():
+        raise ValueError("bad shard")
+
+    @flow
+    def failing():
+        bad_shard()
+
+    @flow
+    def interrupted():
+        raise KeyboardInterrupt
+
+    kept = _Kept()
+    loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs", "prefect.engine")]
+    for logger in loggers:
+        logger.addHandler(kept)
+    try:
+        with pytest.raises(ValueError):
+            failing()
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+    finally:
+        for logger in loggers:
+            logger.removeHandler(kept)
+    said = [(r.name, r.levelno, r.getMessage()) for r in kept.records]
+    version = f"the filter was written for {TEXT_FILTERS_WRITTEN_FOR}; Prefect logs now: {said}"
+    final = [r for r in kept.records if r.name == "prefect.flow_runs" and r.getMessage().startswith(FAILED_STATES)]
+    assert final and all(r.levelno == logging.INFO for r in final), version  # a level cannot tell them apart
+    crash = [r for r in kept.records if r.getMessage().startswith(CRASH)]
+    assert crash and all(r.levelno == logging.ERROR for r in crash), version
+    keep = FailureRecordsFilter().filter
+    for record in (*final, *crash):
+        assert not keep(record)
+        assert not keep(_record("prefect.engine", record.levelno, record.getMessage()))  # before the run's logger
+
+
+def test_the_resource_trackers_leak_warning_is_silenced_by_category_and_module(tmp_path):
+    """A process killed while it holds a semaphore makes multiprocessing's tracker warn at exit; the console's
+    warnings filter (no text in it) drops that warning and only that."""
+    from flows.console import QUIET_TRACKER_WARNING
+
+    code = ("import multiprocessing as mp, os, signal; s = mp.get_context('spawn').Semaphore(); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "leaked semaphore" in loud.stderr, loud.stderr  # the warning the filter is for still comes
+    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONWARNINGS": QUIET_TRACKER_WARNING},
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.stderr == "", quiet.stderr
+
+
 @pytest.fixture(scope="module")
 def nan_model_and_probes(tmp_path_factory):
     """The tiny model with the input embedding row of 'apple' set to NaN, and items three of which contain it."""
