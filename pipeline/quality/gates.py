@@ -150,5 +150,8 @@ def close_release(store: Store, model: str, release: str, run_id: str, held: lea
         _log.warning("Data Docs for run %s were not built: %s: %s", run_id, type(exc).__name__, exc)
         return None
     finally:
+        if held is None:  # an interrupt between taking the lease and keeping it: the run's own, by its id
+            cur = lease.current_lease(store, model, release)
+            held = cur if cur is not None and cur.run_id == run_id else None
         if held is not None:  # only the run's own generation: one taken over is another run's now
             lease.release(store, model, release, held)

@@ -231,7 +231,8 @@ def remove_orphans(store: Store, orphans: list[str], ttl_s: float = lease.DEFAUL
     """
     by_release: dict[tuple[str, str], list[str]] = {}
     for rel in orphans:
-        by_release.setdefault(_release_of(rel), []).append(rel)
+        if (owner := _release_of(rel)) is not None:  # a folder not named model=/release= is no release's: left
+            by_release.setdefault(owner, []).append(rel)
     removed, refused = [], []
     for (model, release), files in sorted(by_release.items()):
         try:
