@@ -44,6 +44,7 @@ from pipeline.embedding.precision import default_release
 from pipeline.progress import reporter
 from pipeline.quality.suites import warm_gates
 from pipeline.settings import Settings, flow_settings
+from pipeline.storage.lease import Heartbeat, Lease, LeaseLostError
 from pipeline.storage.runs import RunRecord, new_run_id, run_status, write_run
 from pipeline.storage.store import open_store
 
@@ -69,7 +70,6 @@ sweep_orphans = _task(steps.sweep_orphans)
 commit_token_norms = _task(steps.commit_token_norms)
 run_analyses = _task(steps.run_analyses)
 compare_with_previous = _task(steps.compare_with_previous)
-clean_staging = _task(steps.clean_staging)
 close_release = _task(steps.close_release)
 build_data_docs = _task(steps.build_data_docs)
 render_report = _task(steps.render_report)
@@ -97,8 +97,10 @@ class AuditSummary:
 
 
 @flow(name="embed_probes")
-def embed_probes(ctx: AuditContext, probes: list[str], limit: int | None = None, replace: bool = False) -> dict:
-    """Embed probe sets shard by shard on the Dask task runner; commit the written parts in batches."""
+def embed_probes(ctx: AuditContext, held: Lease, probes: list[str], limit: int | None = None,
+                 replace: bool = False) -> dict:
+    """Embed probe sets shard by shard on the Dask task runner; commit the written parts in batches under
+    ``held``, the release's lease."""
     log = get_run_logger()
     out = {"embedded": {}, "skipped": {}, "reused": {}}
     with gpu_annotation():
@@ -116,16 +118,17 @@ def embed_probes(ctx: AuditContext, probes: list[str], limit: int | None = None,
             out["skipped"][plan.name] = plan.skipped
             log.info("%s: %d shards to embed (%d written by an earlier run, to check and reuse), %d already "
                      "committed", plan.name, len(plan.refs), plan.reusable, plan.skipped)
-            out["embedded"][plan.name], out["reused"][plan.name] = _embed_and_commit(ctx, plan)
-            sweep_orphans(ctx, plan.name)  # parts of this partition no manifest lists (none once all are committed)
+            out["embedded"][plan.name], out["reused"][plan.name] = _embed_and_commit(ctx, held, plan)
+            # parts no manifest lists; those past a --limit stay for a later audit of the whole set to reuse
+            sweep_orphans(ctx, held, plan.name, plan.later)
     commit_token_norms(ctx, token_norms.result())
     return out
 
 
-def _embed_and_commit(ctx: AuditContext, plan: steps.ProbePlan) -> tuple[int, int]:
+def _embed_and_commit(ctx: AuditContext, held: Lease, plan: steps.ProbePlan) -> tuple[int, int]:
     """Run ``plan``'s shards in a bounded window and commit their parts in batches; (rows, reused shards)."""
     template = steps.manifest_template(ctx, plan.name)
-    batches = BatchCommitter(lambda parts: commit_batch(ctx, template, parts))
+    batches = BatchCommitter(lambda parts: commit_batch(ctx, held, template, parts))
     progress = reporter()
     progress.start(plan.name, len(plan.refs), sum(r.size for r in plan.refs))
     rows = reused = 0
@@ -142,20 +145,22 @@ def _embed_and_commit(ctx: AuditContext, plan: steps.ProbePlan) -> tuple[int, in
             progress.advance(part.info.rows)
         batches.flush()
     except BaseException as exc:
-        if not is_interrupt(exc):  # keep what finished before the failure; an interrupt leaves orphans to reuse
-            _commit_finished(ctx, template, batches)
+        # keep what finished before the failure (a batch whose commit failed is still pending: tried once more);
+        # an interrupt leaves orphans to reuse, and a lost lease commits nothing more
+        if not is_interrupt(exc) and not isinstance(exc, LeaseLostError):
+            _commit_finished(ctx, held, template, batches)
         raise
     finally:
         progress.finish()
     return rows, reused
 
 
-def _commit_finished(ctx: AuditContext, template, batches: BatchCommitter) -> None:
+def _commit_finished(ctx: AuditContext, held: Lease, template, batches: BatchCommitter) -> None:
     """After a failure: commit the parts already written and checked, never hiding the failure itself."""
     if not batches.pending:
         return
     try:
-        steps.commit_batch(ctx, template, batches.pending)
+        steps.commit_batch(ctx, held, template, batches.pending)
     except Exception as exc:  # noqa: BLE001 - the run's own error is the one to raise; these parts stay orphans
         get_run_logger().warning("%d written part(s) were not committed (%s: %s); the next audit reuses them",
                                  len(batches.pending), type(exc).__name__, exc)
@@ -221,9 +226,8 @@ def audit_release(
     ``replace`` lets a probe file replace a stored probe set of the same name (else that is refused).
     ``run_id`` (default: a new one) lets the caller clean up after the run if it is interrupted.
 
-    However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its
-    lease is released, its end is recorded and its uncommitted staging is removed, and no
-    second signal can cut that short (:func:`flows.interrupts.shielded`).
+    However the run ends (completed, alerted, failed, interrupted by Ctrl-C or SIGTERM), its lease is released
+    and its end is recorded, and no second signal can cut that short (:func:`flows.interrupts.shielded`).
 
     The embedding, the analyses and the pages run on one Dask cluster: ``settings.dask_address``, else a local
     cluster started here for this audit (:func:`flows.audit.run_audit` starts it earlier, beside the API).
@@ -252,20 +256,23 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
     )
     summary = AuditSummary(ctx.run_id, ctx.model, ctx.release, resolved.fingerprint, ctx.store.root_url,
                            flow_run_id=flow_run.id)
+    held: Lease | None = None
+    heartbeat: Heartbeat | None = None
     try:
         # inside: an interrupt while the record is written (its liveness marker first) is recorded too
         register_run(ctx.store, run)
         for abandoned in sweep_abandoned_runs(ctx.store):  # runs a SIGKILL or a crash ended unrecorded
-            get_run_logger().warning("abandoned %s: recorded as abandoned, its staging removed", abandoned)
-        open_release(ctx)  # one audit per release at a time
-        embedded = embed_probes.with_options(**on_cluster)(ctx, probes, limit, replace)
+            get_run_logger().warning("abandoned %s: recorded as abandoned", abandoned)
+        held = open_release(ctx)  # one audit per release at a time; kept to the end, checked at every commit
+        # renewed on a timer from here to the end: a long preparation or shard never lets it lapse
+        heartbeat = Heartbeat(ctx.store, held, ctx.model, ctx.release).start()
+        embedded = embed_probes.with_options(**on_cluster)(ctx, held, probes, limit, replace)
         summary.embedded_items, summary.skipped_shards = embedded["embedded"], embedded["skipped"]
         summary.reused_shards = embedded["reused"]
         # tasks rather than subflows: a subflow costs about a second of API calls
         summary.results, summary.previous_release, summary.alerts = analyse_release.with_options(**on_cluster)(
             ctx, thresholds or AlertThresholds())
         run.status = "alerted" if summary.alerts.height else "completed"
-        clean_staging(ctx)
     except BaseException as exc:
         if is_interrupt(exc) and api_lost():  # stopped by the API watch of flows.runners.prefect_api
             run.status, run.message = INTERRUPTED, f"stopped: {api_lost()}"
@@ -276,7 +283,9 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
         raise
     finally:
         with shielded():  # a second Ctrl-C waits for this: the lease and the run's end are always recorded
-            _record_end(ctx, run)
+            if heartbeat is not None:
+                heartbeat.stop()
+            _record_end(ctx, held, run)
     summary.report = render_pages.with_options(**on_cluster)(ctx)  # after the run record: the report shows it
     if summary.alerts.height:
         exc = ReleaseRegression(
@@ -296,18 +305,16 @@ def _signal_name(exc: BaseException) -> str:
     return interrupt_signal() or (str(exc) if isinstance(exc, KeyboardInterrupt) else "") or "SIGINT (Ctrl-C)"
 
 
-def _record_end(ctx: AuditContext, run: RunRecord) -> None:
-    """Give the lease back (Data Docs built), drop uncommitted staging, and record how the run ended.
+def _record_end(ctx: AuditContext, held: Lease | None, run: RunRecord) -> None:
+    """Give the lease back (Data Docs built) and record how the run ended.
 
     After an interrupt the plain functions run, not tasks: the stop must not wait on the Prefect API
     (a service manager's SIGTERM may have stopped it too), and the Data Docs are skipped.
     """
     interrupted = run.status == INTERRUPTED
     step = (lambda t: t.fn) if interrupted else (lambda t: t)
-    if run.status in (FAILED, INTERRUPTED):  # parts never committed are never used: a rerun embeds them again
-        step(clean_staging)(ctx)
     # a failed run's Data Docs are built here (they show what failed); a finished run's on a worker, with the pages
-    step(close_release)(ctx, data_docs=run.status == FAILED)
+    step(close_release)(ctx, held, data_docs=run.status == FAILED)
     run.finished_at = dt.datetime.now(dt.UTC)
     if run.status not in (FAILED, INTERRUPTED):
         run.timings = _task_seconds()
@@ -361,16 +368,12 @@ def run_audit(settings: Settings, model: str, probes: list[str], release: str | 
 
 
 def _interrupted(settings: Settings, run_id: str) -> Interrupted:
-    """After an interrupt: remove what a worker staged after the flow's cleanup; say what was kept."""
+    """After an interrupt: say how the run was recorded and what was kept."""
     with shielded():
-        store = open_store(settings)
-        # a worker that was mid-shard may have staged its part after the flow removed the folder; the
-        # local workers are stopped now (an external cluster's stragglers go at the next audit's sweep)
-        store.rm(f"staging/{run_id}", recursive=True)
-        status = run_status(store, run_id)
+        status = run_status(open_store(settings), run_id)
     if status is None:
         return Interrupted("interrupted before the run started: nothing was written")
     return Interrupted(
-        f"interrupted: run {run_id} is recorded as {status}, its lease is released and its staging removed; "
-        "every committed shard is kept, and rerunning the same command embeds only the rest"
+        f"interrupted: run {run_id} is recorded as {status} and its lease is released; every committed shard is "
+        "kept, and rerunning the same command embeds only the rest (reusing the parts written but not committed)"
     )

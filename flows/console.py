@@ -26,7 +26,8 @@ through its ``DASK_DISTRIBUTED__LOGGING`` variable, which the worker processes i
 ERROR. A worker restarted for exceeding its memory (``distributed.nanny.memory``) still shows. Workers ended
 after an interrupt may leave a semaphore registered with multiprocessing's resource tracker, which removes it
 when the command exits and warns that it did ("There appear to be 1 leaked semaphore objects"): a warnings
-filter in ``PYTHONWARNINGS``, which the tracker process inherits, ignores that one warning.
+filter in ``PYTHONWARNINGS``, which the tracker process inherits, ignores the tracker's ``UserWarning`` by its
+category and module (never by its text).
 
 **A failure once.** When a task fails, Prefect logs the failure with its traceback at every level it passes (the
 task run, the subflow, the flow: three tracebacks for one bad shard), then the CLI prints the
@@ -35,6 +36,15 @@ record). :func:`failures_once_on_console` filters those records off the console;
 API's run logs keep them in full. A run interrupted before its engine made the run's logger reports its crash
 through ``prefect.engine`` instead; that one record is filtered too, and the rest of that logger shows.
 Expected failures are the CLI's to report; an unexpected one still ends in one traceback, the CLI's own.
+
+**Filters by text, only where nothing else tells a record apart.** Every filter here goes by logger, level or
+exception, except two, kept because Prefect gives those records no other mark (the same logger and level as
+records that must show): a flow run's final state ``Finished in state Failed(...)``/``Crashed(...)``, logged at
+INFO like ``Completed()``, and ``Crash detected! ...`` on ``prefect.engine`` at ERROR, beside the engine's
+other errors. Both were written for Prefect 3.9.1 (:data:`TEXT_FILTERS_WRITTEN_FOR`; ``flow_engine.py`` and
+``task_engine.py``: ``handle_crash`` and the final-state line), and
+``tests/test_console.py::test_the_records_filtered_by_text_are_still_worded_so`` runs real failing and
+crashing flows and fails when Prefect words them otherwise.
 
 Only environment settings that Prefect and Dask document, and the standard ``logging`` API, are used.
 """
@@ -49,8 +59,10 @@ RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 # A run's engine logs through "prefect.engine" until it has made the run's own logger: an interrupt in that
 # window reports the run's crash there (Prefect 3's flow and task engines start with get_logger("engine")).
 ENGINE_LOGGER = "prefect.engine"
-_FAILED_STATES = ("Finished in state Failed(", "Finished in state Crashed(")
-_CRASH = "Crash detected!"
+# The only message-text filters (see the module docstring), with the version they were written for.
+TEXT_FILTERS_WRITTEN_FOR = "prefect 3.9.1"
+FAILED_STATES = ("Finished in state Failed(", "Finished in state Crashed(")
+CRASH = "Crash detected!"
 # Dask loggers whose warnings are its housekeeping (see the module docstring), by level; a logger's own level
 # holds for it alone, so the children named below keep theirs.
 QUIET_DASK_LOGGERS = {
@@ -59,8 +71,9 @@ QUIET_DASK_LOGGERS = {
     "distributed.process": "error",
     "distributed.nanny.memory": "warning",
 }
-# action:message:category:module of Python's warnings filter (message: the start of the warning's text)
-QUIET_TRACKER_WARNING = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+# action:message:category:module of Python's warnings filter: every UserWarning the tracker's module issues
+# (its leaked-resource reports), by category and module, not by text
+QUIET_TRACKER_WARNING = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 class FailureRecordsFilter(logging.Filter):
@@ -68,12 +81,12 @@ class FailureRecordsFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == ENGINE_LOGGER:
-            return not str(record.msg).startswith((_CRASH, *_FAILED_STATES))
+            return not str(record.msg).startswith((CRASH, *FAILED_STATES))
         if not record.name.startswith(RUN_LOGGERS):
             return True
         if record.exc_info or record.levelno >= logging.ERROR:
             return False
-        return not str(record.msg).startswith(_FAILED_STATES)
+        return not str(record.msg).startswith(FAILED_STATES)  # a flow run's final state: INFO, as Completed()
 
 
 def failures_once_on_console() -> None:

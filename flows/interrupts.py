@@ -3,7 +3,7 @@
 A terminal's Ctrl-C sends SIGINT to the whole foreground process group, and a service manager
 sends SIGTERM. Both become :class:`KeyboardInterrupt` in the CLI's main thread (Prefect turns
 SIGTERM into its ``TerminationSignal`` while a flow runs; :func:`is_interrupt` accepts both).
-The run's own cleanup (run record, lease, staging) runs :func:`shielded`: a second signal
+The run's own cleanup (run record, lease) runs :func:`shielded`: a second signal
 during it is noted, not obeyed, so the cleanup always finishes (it takes well under a second).
 
 The helper processes of a CLI run do not act on the terminal's signal themselves: the temporary

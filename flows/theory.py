@@ -15,10 +15,10 @@ from prefect.cache_policies import NONE
 from flows.audit import run_audit
 from flows.runners import early_local_cluster, prefect_api
 from pipeline.analysis.compare import AlertThresholds
+from pipeline.progress import step_reporter
 from pipeline.settings import Settings, flow_settings
 from pipeline.theory import lab
 from pipeline.theory.config import LabConfig
-from pipeline.theory.progress import step_reporter
 from pipeline.theory.world import build_world as _build_world
 
 # Training checkpoints are meant to move: an audit of one must never alert as a release regression.

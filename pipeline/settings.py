@@ -16,13 +16,15 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DEFAULT_ROOT = "./normaudit-data"  # the storage root when neither --root nor NORMAUDIT_ROOT names one
+
 
 class Settings(BaseSettings):
     """Runtime settings for an audit, the SQL shell and the storage layer."""
 
     model_config = SettingsConfigDict(env_prefix="NORMAUDIT_", extra="forbid", populate_by_name=True)
 
-    root: str = Field("./normaudit-data", description="fsspec URL of the storage root (file path or s3://bucket/prefix)")
+    root: str = Field(DEFAULT_ROOT, description="fsspec URL of the storage root (file path or s3://bucket/prefix)")
     s3_endpoint_url: str | None = Field(
         None, validation_alias=AliasChoices("s3_endpoint_url", "NORMAUDIT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
     )
@@ -54,6 +56,9 @@ class Settings(BaseSettings):
     precision: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="dtype the model's forward pass runs in (pooling and norms stay float32/float64)"
     )
+    lease_ttl_s: float = Field(
+        600.0, gt=0, description="seconds a release's lease lives unrenewed; a live audit renews it every quarter "
+        "of this, so it lapses only when its run is gone (pipeline/storage/lease.py)")
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
     )
@@ -103,6 +108,11 @@ def user_cache_dir() -> str:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.path.join(base, "normaudit")
+
+
+def default_root() -> str:
+    """The root used when neither --root nor ``NORMAUDIT_ROOT`` names one: ``./normaudit-data``, made absolute."""
+    return os.path.abspath(DEFAULT_ROOT)
 
 
 def load_settings(**overrides) -> Settings:

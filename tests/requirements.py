@@ -1,8 +1,9 @@
 """What a test needs from the machine: skip where it is absent, fail on CI, which must provide it.
 
 A local run skips a test whose browser, system database or shared data is missing, saying how to get it.
-Under ``CI=true`` the same test fails instead: ``.ci/run`` installs Debian's ``chromium`` and ``wordnet-base``
-and CI clones the repository beside ``../shared``, so a CI run never passes by skipping. On CI only hardware
+On CI (``CI`` set to anything but empty, ``false`` or ``0``) the same test fails instead: ``.ci/run`` installs
+Debian's ``chromium`` and ``wordnet-base`` and CI clones the repository beside ``../shared``, so a CI run never
+passes by skipping. On CI only hardware
 and deliberate downloads skip: the GPU tests (``tests/test_gpu.py``), the bfloat16 ones on a CPU without it,
 and the real mpnet-base check (its 400 MB pieces). Call these inside a test (or a fixture), not in a ``skipif``::
 
@@ -25,13 +26,15 @@ import pytest
 WORDNET_DIR = Path("/usr/share/wordnet")  # where Debian's wordnet-base puts the WordNet 3.0 database
 
 
-def on_ci() -> bool:
-    """True under ``CI=true``, where every requirement of a test must be present."""
-    return os.environ.get("CI") == "true"
+def on_ci(env: dict[str, str] | None = None) -> bool:
+    """True on CI, where every requirement of a test must be present: ``CI`` set to anything but empty, ``false``
+    or ``0`` (CI services set ``true``, ``1`` or a name; ``CI=1`` must not skip silently)."""
+    value = (os.environ if env is None else env).get("CI", "").strip().lower()
+    return value not in ("", "false", "0")
 
 
 def need(what: str, available: bool, reason: str) -> None:
-    """Skip the calling test unless ``available``; under ``CI=true`` fail it instead.
+    """Skip the calling test unless ``available``; on CI (:func:`on_ci`) fail it instead.
 
     Args:
         what: what the test needs, as a user would name it ("chromium").

@@ -85,6 +85,23 @@ def test_batches_commit_by_count_and_by_age():
     assert batches.flush() == 0  # nothing waits
 
 
+def test_a_batch_whose_commit_failed_stays_pending_for_the_retry():
+    attempts: list[list[str]] = []
+
+    def commit(parts):
+        attempts.append([p.info.shard_id for p in parts])
+        if len(attempts) == 1:
+            raise OSError("storage went away")
+        return 10 * len(parts)
+
+    batches = BatchCommitter(commit, max_parts=2)
+    batches.add(_part(0))
+    with pytest.raises(OSError):
+        batches.add(_part(1))
+    assert [p.info.shard_id for p in batches.pending] == attempts[0]  # nothing dropped: the flow retries them
+    assert batches.flush() == 20 and attempts[1] == attempts[0] and batches.pending == []
+
+
 # ---------------------------------------------------------------- storage: batches, supersession, the lease
 def _written(store: Store, ps, shard, seed: int = 0) -> WrittenPart:
     rng = np.random.default_rng(seed)
@@ -128,17 +145,18 @@ def test_a_commit_without_the_lease_is_refused_and_changes_nothing(tmp_path, tin
     shards = split_shards("w", ps.items, "f" * 64, {}, 10)
     ctx_a = AuditContext(load_settings(root=root), "m", "r", "run-a", steps.resolve(str(tiny_model_dir)))
     template = Manifest("m", "r", "w", "f" * 64, {}, 4, "float32")
-    assert steps.commit_batch(ctx_a, template, [_written(store, ps, shards[0])]) == 10  # run-a takes the lease
+    held = steps.open_release(ctx_a)
+    assert steps.commit_batch(ctx_a, held, template, [_written(store, ps, shards[0])]) == 10
     ctx_b = AuditContext(ctx_a.settings, "m", "r", "run-b", ctx_a.resolved)
     before = store.read_bytes(f"{store.embeddings_dir('m', 'r', 'w')}/_manifest.json")
-    with pytest.raises(lease.LeaseHeldError):  # a second audit of the release commits nothing
-        steps.commit_batch(ctx_b, template, [_written(store, ps, shards[1])])
+    with pytest.raises(lease.LeaseHeldError):  # a second audit of the release gets no lease to commit under
+        steps.open_release(ctx_b)
     # run-a's lease ends (released here, as a TTL expiry would) and run-c takes the release: run-a's next batch is
     # refused and the manifest stays as it was
-    lease.release(store, "m", "r", "run-a")
+    lease.release(store, "m", "r", held)
     lease.acquire(store, "m", "r", "run-c")
-    with pytest.raises(lease.LeaseHeldError):
-        steps.commit_batch(ctx_a, template, [_written(store, ps, shards[1])])
+    with pytest.raises(lease.LeaseLostError):
+        steps.commit_batch(ctx_a, held, template, [_written(store, ps, shards[1])])
     assert store.read_bytes(f"{store.embeddings_dir('m', 'r', 'w')}/_manifest.json") == before
     assert open_catalog(store).execute("select count(*) from embeddings").fetchone() == (10,)
 
@@ -222,3 +240,26 @@ def test_a_large_probe_set_is_prepared_in_a_child_process_with_the_same_plan(tmp
     in_child = steps.prepare_probes(ctx, str(probes))
     assert children == [steps._prepare]  # it went through a child process
     assert in_child == inline and [r.size for r in in_child.refs] == [16, 16, 8]
+
+
+# ---------------------------------------------------------------- leftovers of a killed write
+def test_tmp_leftovers_are_listed_and_repair_sweeps_them_but_not_a_write_in_flight(tmp_path):
+    from tests.helpers import store_synthetic
+
+    root = str(tmp_path / "root")
+    store = Store(root)
+    store_synthetic(store, "m", "r", word_probe_set("w", 20, {"zipf": np.arange(20.0)}), np.linspace(1, 2, 20),
+                    shard_size=10)
+    in_release = f"{store.embeddings_dir('m', 'r', 'w')}/.tmp-{'1' * 32}"  # a worker killed mid-write
+    old = f"runs/.tmp-{'2' * 32}"  # a run record's write killed an hour ago
+    fresh = f"reports/.tmp-{'3' * 32}"  # a write in flight right now
+    for rel in (in_release, old, fresh):
+        store.write_bytes_atomic(rel, b"half")
+    os.utime(store.path(old), (time.time() - 7200, time.time() - 7200))
+    out = _cli("verify", "--root", root, tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert all(f"leftover: {store.url(rel)}" in out.stderr for rel in (in_release, old, fresh)), out.stderr
+    out = _cli("verify", "--root", root, "--repair", tmp_path=tmp_path)
+    assert out.returncode == 0 and "repaired: 2 leftover file(s) removed; 1 kept" in out.stdout, out.stdout
+    assert not store.exists(in_release) and not store.exists(old) and store.exists(fresh)
+    assert verify_root(store, "sha256").ok and lease.current_lease(store, "m", "r").released  # taken, given back

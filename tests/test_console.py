@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +48,73 @@ def test_the_console_filter_drops_only_run_failure_records():
     assert not keep(_record("prefect.engine", logging.ERROR, "Crash detected! Execution was aborted by an "
                                                              "interrupt signal."))
     assert keep(_record("prefect.engine", logging.ERROR, "Invalid flow entrypoint. Expected one argument"))
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_records_filtered_by_text_are_still_worded_so(prefect_api):
+    """The two message-text filters of flows/console.py (written for TEXT_FILTERS_WRITTEN_FOR) match the records
+    real flows log now: fails when Prefect words a failed final state or a crash otherwise."""
+    from prefect import flow, task
+
+    from flows.console import CRASH, FAILED_STATES, TEXT_FILTERS_WRITTEN_FOR
+
+    @task
+    def bad_shard():
+        raise ValueError("bad shard")
+
+    @flow
+    def failing():
+        bad_shard()
+
+    @flow
+    def interrupted():
+        raise KeyboardInterrupt
+
+    kept = _Kept()
+    loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs", "prefect.engine")]
+    for logger in loggers:
+        logger.addHandler(kept)
+    try:
+        with pytest.raises(ValueError):
+            failing()
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+    finally:
+        for logger in loggers:
+            logger.removeHandler(kept)
+    said = [(r.name, r.levelno, r.getMessage()) for r in kept.records]
+    version = f"the filter was written for {TEXT_FILTERS_WRITTEN_FOR}; Prefect logs now: {said}"
+    final = [r for r in kept.records if r.name == "prefect.flow_runs" and r.getMessage().startswith(FAILED_STATES)]
+    assert final and all(r.levelno == logging.INFO for r in final), version  # a level cannot tell them apart
+    crash = [r for r in kept.records if r.getMessage().startswith(CRASH)]
+    assert crash and all(r.levelno == logging.ERROR for r in crash), version
+    keep = FailureRecordsFilter().filter
+    for record in (*final, *crash):
+        assert not keep(record)
+        assert not keep(_record("prefect.engine", record.levelno, record.getMessage()))  # before the run's logger
+
+
+def test_the_resource_trackers_leak_warning_is_silenced_by_category_and_module(tmp_path):
+    """A process killed while it holds a semaphore makes multiprocessing's tracker warn at exit; the console's
+    warnings filter (no text in it) drops that warning and only that."""
+    from flows.console import QUIET_TRACKER_WARNING
+
+    code = ("import multiprocessing as mp, os, signal; s = mp.get_context('spawn').Semaphore(); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "leaked semaphore" in loud.stderr, loud.stderr  # the warning the filter is for still comes
+    quiet = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONWARNINGS": QUIET_TRACKER_WARNING},
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.stderr == "", quiet.stderr
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +172,13 @@ def small_probes(tmp_path_factory) -> Path:
 
 
 def _audit(tmp_path: Path, model: Path, probes: Path, *extra: str, api_url: str | None = None):
-    """The installed CLI on a root with a left-over staging folder: the run logs a warning when it sweeps it."""
+    """The installed CLI on a root where a dead run is still marked running: the run logs a warning when it sweeps
+    it."""
     root = tmp_path / "root"
-    (root / "staging" / "old-run").mkdir(parents=True)
-    (root / "staging" / "old-run" / "part.parquet").write_bytes(b"left over")
+    (root / "runs" / "running").mkdir(parents=True)
+    dead = {"run_id": "old-run", "model": "m", "release": "r0", "host": socket.gethostname(), "pid": 2**22 - 1,
+            "pid_started": 0.0, "started_at": 0.0}  # no such process: its run ended unrecorded
+    (root / "runs" / "running" / "old-run.json").write_text(json.dumps(dead))
     env = {k: v for k, v in os.environ.items() if k not in _CONSOLE_SETTINGS}
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), NORMAUDIT_SHARD_SIZE="16")
     if api_url:

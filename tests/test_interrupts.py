@@ -1,9 +1,9 @@
 """Interrupts and leftovers, as a user meets them: the installed CLI in its own session, no PREFECT_API_URL.
 
 Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM mid-embedding stops the
-audit within 10 s with exit 130, the lease released, the run recorded as interrupted and its staging
-removed; a SIGKILL of the CLI leaves no Prefect API or Dask worker process behind, and the run it leaves
-``running`` is found abandoned by ``verify`` and by the next audit, which remove its staging.
+audit within 10 s with exit 130, the lease released and the run recorded as interrupted; a SIGKILL of the
+CLI leaves no Prefect API or Dask worker process behind, and the run it leaves ``running`` is found abandoned
+by ``verify`` and by the next audit, which record it as abandoned.
 """
 
 from __future__ import annotations
@@ -146,7 +146,6 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
 
     run_id, status, message = the_run(store)
     assert status == "interrupted" and signal.Signals(sig).name in message
-    assert not store.exists(f"staging/{run_id}")
     held = lease.current_lease(store, "tiny", "r")
     assert held.run_id == run_id and held.released
     done = assert_committed_parts_intact(store)
@@ -188,7 +187,7 @@ def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_r
     out = subprocess.run([str(BIN / "normaudit"), "verify", "--root", root, "--repair"], env=user_env(tmp_path),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "1 abandoned run(s) recorded as abandoned" in out.stdout, out.stdout
-    assert the_run(store)[1] == "abandoned" and not store.exists(f"staging/{run_id}")
+    assert the_run(store)[1] == "abandoned" and not store.exists(f"runs/running/{run_id}.json")
     assert verify_root(store, "size").orphans == []  # its release's lease was free: --repair removed them
     # its lease was free (its holder is gone): --repair took it to remove the orphans, and so can the next run
     assert lease.acquire(store, "tiny", "r", "next-run").gen >= 2
@@ -196,11 +195,10 @@ def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_r
 
 
 def _leave_a_dead_run(root: str, run_id: str) -> None:
-    """A process that records a run as running, stages a part and dies without ending it (as after SIGKILL)."""
+    """A process that records a run as running and dies without ending it (as after SIGKILL)."""
     code = (
         "import sys; from pipeline.storage.runs import RunRecord, write_run; from pipeline.storage.store import Store; "
-        f"s = Store({root!r}); write_run(s, RunRecord({run_id!r}, 'm', 'r0', 'f' * 64, 'p', {{}})); "
-        f"s.write_bytes_atomic('staging/{run_id}/p/part-x.parquet', b'half a part')"
+        f"s = Store({root!r}); write_run(s, RunRecord({run_id!r}, 'm', 'r0', 'f' * 64, 'p', {{}}))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -211,17 +209,14 @@ def test_a_run_whose_process_is_gone_is_abandoned_and_swept(tmp_path):
     _leave_a_dead_run(root, "dead-run")
     live = RunRecord("live-run", "m", "r1", "f" * 64, "p", {})
     write_run(store, live)  # this process: alive, so never swept
-    store.write_bytes_atomic("staging/live-run/p/part-y.parquet", b"in progress")
-    store.write_bytes_atomic("staging/old-run/p/part-z.parquet", b"left by a run that ended")
     found = {r.run_id: r for r in find_abandoned(store)}
-    assert set(found) == {"dead-run", "old-run"}
-    assert found["dead-run"].staging and "is gone" in found["dead-run"].reason
+    assert set(found) == {"dead-run"} and "is gone" in found["dead-run"].reason
     sweep_abandoned(store, list(found.values()))
     assert run_status(store, "dead-run") == "abandoned" and run_status(store, "live-run") == "running"
-    assert store.glob("staging/*") == ["staging/live-run"]
+    assert store.glob("runs/running/*") == ["runs/running/live-run.json"]
     live.status = "completed"
     write_run(store, live)
-    assert [r.run_id for r in find_abandoned(store)] == ["live-run"]  # it ended; its staging is nobody's now
+    assert find_abandoned(store) == []  # it recorded its end: nothing is left to sweep
 
 
 def test_a_run_of_another_host_is_abandoned_only_when_its_lease_expired(tmp_path):
@@ -250,8 +245,7 @@ def test_the_next_audit_of_any_release_sweeps_abandoned_runs(tmp_path, tiny_mode
                   "zipf": [3.0, 4.0, 5.0, 6.0]}).write_csv(probes)
     run_audit(load_settings(root=root), str(tiny_model_dir), [str(probes)], release="other")
     store = Store(root)
-    assert run_status(store, "dead-run") == "abandoned"
-    assert not store.exists("staging/dead-run") and store.glob("staging/*") == []
+    assert run_status(store, "dead-run") == "abandoned" and store.glob("runs/running/*") == []
 
 
 def session_processes(sid: int) -> list[psutil.Process]:
@@ -328,7 +322,6 @@ def test_ctrl_c_at_start_up_exits_130_within_10s_and_leaves_nothing(tmp_path, ti
     assert_only_our_lines(err.read_text())
 
     store = Store(str(root))
-    assert not store.exists("staging") or store.glob("staging/*") == []
     if "is recorded as interrupted" in errors[0]:
         run_id, status, message = the_run(store)
         assert status == "interrupted" and "SIGINT" in message and run_id in errors[0]

@@ -70,6 +70,7 @@ def test_sql_reads_files_and_explains(tmp_path):
                                    "explain analyze copy (select 1) to 'x.csv'"])
 def test_cli_sql_refusal_is_clear(tmp_path, query, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "root" / "probes").mkdir(parents=True)  # a store (sql refuses a root that holds none)
     out = CliRunner().invoke(app, ["sql", "--root", str(tmp_path / "root"), query])
     assert out.exit_code == 2 and "refused" in out.output and "read-only" in out.output, out.output
     assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.db").exists()

@@ -46,11 +46,15 @@ class BatchCommitter:
         return max(0.0, self._oldest + self.max_wait_s - self._clock())
 
     def flush(self) -> int:
-        """Commit every waiting part now (one manifest write); returns the rows committed."""
+        """Commit every waiting part now (one manifest write); returns the rows committed.
+
+        When the commit raises, the parts are still :attr:`pending`."""
         if not self.pending:
             return 0
-        parts, self.pending, self._oldest = self.pending, [], None
-        rows = self._commit(parts)
+        # the parts stay pending until their commit succeeds: a failed commit leaves them for the caller to retry
+        # (or, when the run stops, as orphans the next audit reuses), never silently dropped
+        rows = self._commit(list(self.pending))
+        self.pending, self._oldest = [], None
         self.batches += 1
         self.rows += rows
         return rows

@@ -125,6 +125,8 @@ class ProbePlan:
     skipped: int  # shards already committed
     reusable: int = 0  # refs with an orphan part to check and reuse instead of embedding
     warnings: list[str] = field(default_factory=list)
+    # shard ids past a --limit: their orphans are kept for a later audit of the whole set to reuse
+    later: frozenset[str] = frozenset()
 
 
 def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, replace: bool = False) -> ProbePlan:
@@ -153,7 +155,7 @@ def _prepare(ctx: AuditContext, spec: str, limit: int | None, replace: bool) -> 
 
 def plan_probe_set(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> ProbePlan:
     """The refs of the shards still to embed (with the parts each supersedes and any orphan to reuse)."""
-    todo, skipped, manifest, committed = _plan(ctx, ps, limit)
+    todo, skipped, manifest, committed, later = _plan(ctx, ps, limit)
     supersedes = superseded_parts(todo, committed, manifest)
     d = ctx.store.embeddings_dir(ctx.model, ctx.release, ps.name)
     listed = manifest if manifest is not None else manifest_template(ctx, ps.name)
@@ -164,7 +166,7 @@ def plan_probe_set(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> ProbeP
             found[m.group("shard")] = file
     params = {**embedding_params(ctx.resolved, ctx.settings), **ps.shard_params()}
     refs = [shard_ref(s, params, supersedes[s.shard_id], found.get(s.shard_id)) for s in todo]
-    return ProbePlan(ps.name, refs, skipped, sum(r.orphan is not None for r in refs))
+    return ProbePlan(ps.name, refs, skipped, sum(r.orphan is not None for r in refs), later=later)
 
 
 def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[list[Shard], int]:
@@ -174,12 +176,12 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
     :func:`pipeline.storage.shards.pending_shards`); a changed text is embedded again and its new part replaces
     the old one when it commits.
     """
-    todo, skipped, _, _ = _plan(ctx, ps, limit)
+    todo, skipped, *_ = _plan(ctx, ps, limit)
     return todo, skipped
 
 
 def _plan(ctx: AuditContext, ps: ProbeSet, limit: int | None
-          ) -> tuple[list[Shard], int, Manifest | None, dict[str, PartRows]]:
+          ) -> tuple[list[Shard], int, Manifest | None, dict[str, PartRows], frozenset[str]]:
     store, resolved = ctx.store, ctx.resolved
     size = ctx.settings.shard_size or default_shard_size(ps.items.height)  # of the whole set: --limit cuts its shards
     params = {**embedding_params(resolved, ctx.settings), **ps.shard_params()}
@@ -197,7 +199,8 @@ def _plan(ctx: AuditContext, ps: ProbeSet, limit: int | None
         beyond = set(whole.item_ids[todo[-1].size:])
         if any(beyond & set(rows) for rows in committed.values()):
             todo[-1] = whole
-    return todo, len(shards) - len(todo), manifest, committed
+    later = frozenset(s.shard_id for s in full) - {s.shard_id for s in shards} - {s.shard_id for s in todo}
+    return todo, len(shards) - len(todo), manifest, committed, later
 
 
 def _embedder(ctx: AuditContext):
@@ -231,28 +234,29 @@ def embed_shard(ctx: AuditContext, ref: ShardRef, template: Manifest) -> Written
     return WrittenPart(info, ref.probe_set, ref.supersedes)
 
 
-def commit_batch(ctx: AuditContext, template: Manifest, parts: list[WrittenPart]) -> int:
-    """Add written parts to their partition's manifest in one atomic write, under the release's lease.
-
-    Returns the rows committed.
-    """
-    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)  # one writer per release (pipeline/storage/lease.py)
+def commit_batch(ctx: AuditContext, held: lease.Lease, template: Manifest, parts: list[WrittenPart]) -> int:
+    """Add written parts to their partition's manifest in one atomic write, under the release's lease ``held``
+    (:func:`open_release`); refused with ``LeaseLostError`` unless it is still the current one (the parts then
+    stay invisible, for the next audit to reuse). Returns the rows committed."""
+    lease.check(ctx.store, held, ctx.model, ctx.release)  # fenced: one writer per release (pipeline/storage/lease.py)
     commit_parts(ctx.store, template, parts)
     return sum(p.info.rows for p in parts)
 
 
-def sweep_orphans(ctx: AuditContext, probe_set: str) -> int:
+def sweep_orphans(ctx: AuditContext, held: lease.Lease, probe_set: str, keep: frozenset[str] = frozenset()) -> int:
     """Remove the part files of a partition its manifest does not list, once every shard of it is committed.
 
-    Runs under the release's lease after the audit's own shards have all finished, so no writer of this release
-    is left to commit them. Returns how many were removed.
+    Runs under the release's lease (``held``, checked first) after the audit's own shards have all finished, so
+    no writer of this release is left to commit them. Orphans of the shards in ``keep`` (past a ``--limit``:
+    :attr:`ProbePlan.later`) stay for a later audit of the whole set to reuse. Returns how many were removed.
     """
-    lease.ensure(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    lease.check(ctx.store, held, ctx.model, ctx.release)
     manifest = ctx.store.read_manifest(ctx.model, ctx.release, probe_set)
     if manifest is None:
         return 0
     d = ctx.store.embeddings_dir(ctx.model, ctx.release, probe_set)
-    gone = orphans(ctx.store, manifest)
+    gone = [f for f in orphans(ctx.store, manifest)
+            if (m := PART_NAME.match(f)) is None or m.group("shard") not in keep]
     for file in gone:
         ctx.store.rm(f"{d}/{file}")
     return len(gone)
@@ -346,10 +350,11 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
     return previous[0], alerts
 
 
-def open_release(ctx: AuditContext) -> None:
-    """Take the release's lease: one audit of a model release at a time; a release holds one precision."""
+def open_release(ctx: AuditContext) -> lease.Lease:
+    """Take the release's lease: one audit of a model release at a time; a release holds one precision.
+    Returns the lease the run keeps to the end: every commit checks it (fencing), a heartbeat renews it."""
     refuse_mixed_release(ctx.store.manifests(ctx.model, ctx.release), ctx.model, ctx.release, ctx.settings.precision)
-    gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    return gates.open_release(ctx.store, ctx.model, ctx.release, ctx.run_id, ctx.settings.lease_ttl_s)
 
 
 def build_data_docs(ctx: AuditContext) -> str | None:
@@ -362,18 +367,14 @@ def build_data_docs(ctx: AuditContext) -> str | None:
         return None
 
 
-def close_release(ctx: AuditContext, data_docs: bool = True) -> str | None:
-    """Release the lease and build the run's Data Docs next to the data (unless ``data_docs`` is False)."""
-    return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, data_docs)
-
-
-def clean_staging(ctx: AuditContext) -> None:
-    """Remove the run's staging folder: empty once every shard is committed, useless once the run ended."""
-    ctx.store.rm(f"staging/{ctx.run_id}", recursive=True)
+def close_release(ctx: AuditContext, held: lease.Lease | None, data_docs: bool = True) -> str | None:
+    """Release the lease (``held``, None when it was never taken) and build the run's Data Docs next to the data
+    (unless ``data_docs`` is False)."""
+    return gates.close_release(ctx.store, ctx.model, ctx.release, ctx.run_id, held, data_docs)
 
 
 def sweep_abandoned_runs(store: Store) -> list[str]:
-    """Record runs whose process is gone as ``abandoned`` and remove the staging no live run owns."""
+    """Record runs whose process is gone as ``abandoned``; returns their descriptions."""
     found = find_abandoned(store)
     sweep_abandoned(store, found)
     return [r.describe() for r in found]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +11,8 @@ import typer
 from flows.console import quiet_console  # sets environment only: imports no Prefect
 from flows.interrupts import interruptible  # signal handling only: imports no Prefect
 from pipeline.cli.errors import ReportingGroup, VerboseOpt  # imports only typer and click
+from pipeline.cli.output import OutputFormat, printable, write_output  # imports only typer
+from pipeline.cli.roots import require_store  # imports only typer
 from pipeline.cli.theory import theory_app  # a sub-app: imports only typer
 
 # Great Expectations logs every ephemeral docs folder it creates at INFO: noise in a terminal.
@@ -45,13 +45,6 @@ RootOpt = Annotated[
 EndpointOpt = Annotated[
     str | None, typer.Option("--s3-endpoint-url", help="S3-compatible endpoint (default $AWS_ENDPOINT_URL)")
 ]
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    parquet = "parquet"
 
 
 def _say(level: str, message: str) -> None:
@@ -229,8 +222,9 @@ def sql(
         _fail("--format parquet writes a binary file: give --output PATH")
     settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
     store = open_store(settings)
+    require_store(store, root)  # a mistyped root must not answer 0 rows as if it were an empty store
     if output is not None and store.is_local and output.resolve().is_relative_to(Path(store.base).resolve()):
-        # the store is written only through its protocol (staging, manifests); a stray file there is not a table
+        # the store is written only through its protocol (parts, manifests); a stray file there is not a table
         _fail(f"refused: --output {output} is inside the storage root {settings.root}; "
               "write the result somewhere outside it", code=2)
     try:
@@ -242,59 +236,12 @@ def sql(
     if rel is None:
         return
     try:
-        table = rel.to_arrow_table()
+        table = printable(rel, format).to_arrow_table()
     except duckdb.PermissionException as exc:  # a read the sandbox refused while the query ran
         _fail(str(outside_root_error(exc, store)), code=2)
     except duckdb.Error as exc:
         _fail(f"query failed: {exc}")
-    _write_output(table, format, output)
-
-
-def _write_output(table, format: OutputFormat, output: Path | None) -> None:
-    import polars as pl
-
-    frame = pl.from_arrow(table)
-    if format is OutputFormat.parquet:
-        frame.write_parquet(output)
-        typer.echo(f"wrote {frame.height} rows to {output}", err=True)
-        return
-    if format is OutputFormat.csv:
-        text = _flatten(frame).write_csv()
-    elif format is OutputFormat.json:
-        text = frame.write_json()
-    else:
-        text = _table_text(frame)
-    if output:
-        output.write_text(text)
-    else:
-        sys.stdout.write(text)
-
-
-def _table_text(frame) -> str:
-    """The table layout (:mod:`pipeline.cli.table`) for the terminal's width, with a hint when values were cut."""
-    import shutil
-
-    from pipeline.cli.table import MAX_ROWS, render
-
-    numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
-    # $COLUMNS first, then the terminal, else 80; a file gets the same layout as the screen would
-    width = shutil.get_terminal_size().columns
-    shown = render(frame.columns, frame.head(MAX_ROWS).rows(), frame.height, width, numeric)
-    if shown.shortened:
-        typer.echo("hint: values or rows were shortened to fit; --format csv or --format json prints them in full",
-                   err=True)
-    return shown.text
-
-
-def _flatten(frame):
-    """CSV has no nested types: write arrays/lists as JSON-style text."""
-    import polars as pl
-
-    nested = [c for c, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct))]
-    return frame.with_columns(
-        [pl.col(c).map_elements(lambda v: str(list(v)) if v is not None else None, return_dtype=pl.String)
-         for c in nested]
-    )
+    write_output(table, format, output)
 
 
 @probes_app.command("build-wordnet")
@@ -386,7 +333,7 @@ def probes_list(
     if format is OutputFormat.parquet:
         _fail("probes list prints table, csv or json")
     frame = list_probe_sets(open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url)))
-    _write_output(pa.table(frame.to_arrow()), format, None)
+    write_output(pa.table(frame.to_arrow()), format, None)
     if format is OutputFormat.table:
         typer.echo("templates (word sets): " + ", ".join(f"NAME@{k} = {v!r}" for k, v in TEMPLATES.items()))
 

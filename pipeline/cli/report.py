@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli.errors import VerboseOpt
+from pipeline.cli.roots import require_store
 
 
 def report(
@@ -32,6 +33,7 @@ def report(
     from pipeline.storage.store import open_store
 
     store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
+    require_store(store, root)  # reads a store: never creates one at a mistyped root
     if models:
         from pipeline.analysis.models_page import render_models_page
 

@@ -40,7 +40,7 @@ def quiet_libraries(verbose: bool) -> None:
     ``theory run`` inherit them): tqdm's defaults (``TQDM_DISABLE``: the trainer's, the dataset's and the
     model card's "Computing widget examples" bars), transformers' and datasets' verbosity and progress bars,
     the hub's bars; sentence-transformers logs through the standard ``logging`` API. A value the user
-    already set is kept. Our own progress bar (:mod:`pipeline.theory.progress`) reports the work instead.
+    already set is kept. Our own progress bar (:mod:`pipeline.progress`) reports the work instead.
     """
     if verbose:
         return
@@ -72,7 +72,7 @@ def run(
     quiet_libraries(verbose)
     from flows.console import failures_once_on_console
     from flows.theory import run_theory_lab
-    from pipeline.theory.progress import RichStepProgress, use_step_progress
+    from pipeline.progress import RichStepProgress, use_step_progress
 
     failures_once_on_console()  # the error: line below is the one report of a failure
 
@@ -171,7 +171,7 @@ def finetune(
     quiet_libraries(verbose)
     from flows.console import failures_once_on_console
     from flows.finetune import run_finetune
-    from pipeline.theory.progress import RichStepProgress, use_step_progress
+    from pipeline.progress import RichStepProgress, use_step_progress
 
     failures_once_on_console()
     try:

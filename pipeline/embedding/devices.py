@@ -60,7 +60,7 @@ def pick_device(device: str = "auto") -> str:
 def to_device(array: np.ndarray, device: str):
     """``array`` as a tensor on ``device``: shared, not copied, on CPU; an asynchronous copy on CUDA.
 
-    The pinned staging copy is safe to drop at once: torch's pinned-memory allocator keeps the block
+    The pinned host copy is safe to drop at once: torch's pinned-memory allocator keeps the block
     until the copy that reads it has run.
     """
     import torch

@@ -130,12 +130,14 @@ def _quarantine_record(report: ValidationReport) -> dict:
     }
 
 
-def open_release(store: Store, model: str, release: str, run_id: str) -> None:
+def open_release(store: Store, model: str, release: str, run_id: str, ttl_s: float = lease.DEFAULT_TTL_S
+                 ) -> lease.Lease:
     """Take the release's lease before any embedding (raises LeaseHeldError if another run has it)."""
-    lease.acquire(store, model, release, run_id)
+    return lease.acquire(store, model, release, run_id, ttl_s)
 
 
-def close_release(store: Store, model: str, release: str, run_id: str, data_docs: bool = True) -> str | None:
+def close_release(store: Store, model: str, release: str, run_id: str, held: lease.Lease | None,
+                  data_docs: bool = True) -> str | None:
     """Release the run's lease and build its Data Docs; returns the docs URL (None if nothing validated).
 
     Runs in the flow's ``finally``: it must never hide the run's own error, so a docs failure is
@@ -148,4 +150,8 @@ def close_release(store: Store, model: str, release: str, run_id: str, data_docs
         _log.warning("Data Docs for run %s were not built: %s: %s", run_id, type(exc).__name__, exc)
         return None
     finally:
-        lease.release(store, model, release, run_id)
+        if held is None:  # an interrupt between taking the lease and keeping it: the run's own, by its id
+            cur = lease.current_lease(store, model, release)
+            held = cur if cur is not None and cur.run_id == run_id else None
+        if held is not None:  # only the run's own generation: one taken over is another run's now
+            lease.release(store, model, release, held)

@@ -118,7 +118,7 @@ def commit_parts(store: Store, template: Manifest, parts: list[WrittenPart]) -> 
     ``template`` carries the partition's model, release, probe set, fingerprint, params, dim and dtype; the
     manifest on storage is re-read, so parts committed earlier are kept. Files of superseded parts are removed
     only after the new manifest no longer lists them. The caller holds the release's lease (checked just
-    before, :func:`pipeline.storage.lease.ensure`).
+    before, :func:`pipeline.storage.lease.check`).
     """
     d = store.embeddings_dir(template.model, template.release, template.probe_set)
     manifest = store.read_manifest(template.model, template.release, template.probe_set)

@@ -4,9 +4,9 @@ A run in status ``running`` also has a marker ``runs/running/<run_id>.json`` nam
 (host, pid, start time), written before its record and removed after its final record. A run
 whose process is gone, or (seen from another host) whose lease expired, is *abandoned*: a
 SIGKILL or a power cut ended it before it could record an end. :func:`find_abandoned` lists
-them with the staging folders nobody owns; :func:`sweep_abandoned` records them as
-``abandoned`` and removes that staging. Every audit sweeps at its start; ``normaudit verify``
-reports them and ``verify --repair`` sweeps.
+them; :func:`sweep_abandoned` records them as ``abandoned`` and removes their markers (the parts such a
+run wrote but never committed are orphans: the next audit reuses them). Every audit sweeps at its start;
+``normaudit verify`` reports them and ``verify --repair`` sweeps.
 """
 
 from __future__ import annotations
@@ -97,17 +97,16 @@ def run_status(store: Store, run_id: str) -> str | None:
 
 @dataclass
 class AbandonedRun:
-    """A run that ended without recording it, or staging that no live run owns."""
+    """A run that ended without recording it."""
 
     run_id: str
     reason: str
     model: str | None = None
     release: str | None = None
-    staging: bool = False  # it left ``staging/<run_id>``
 
     def describe(self) -> str:
         what = f"run {self.run_id} ({self.model} @ {self.release})" if self.model else f"run {self.run_id}"
-        return f"{what}: {self.reason}" + ("; its staging is left over" if self.staging else "")
+        return f"{what}: {self.reason}"
 
 
 def _why_abandoned(store: Store, holder: dict, now: float) -> str | None:
@@ -124,37 +123,28 @@ def _why_abandoned(store: Store, holder: dict, now: float) -> str | None:
         return "its lease expired at " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease.renewed_at +
                                                                                          lease.ttl_s))
     if now > holder["started_at"] + DEFAULT_TTL_S:
-        return f"it holds no lease of {holder['model']} @ {holder['release']} and started over an hour ago"
+        return (f"it holds no lease of {holder['model']} @ {holder['release']} and started over "
+                f"{DEFAULT_TTL_S / 60:.0f} minutes ago")
     return None  # another host's run that may be about to take its lease
 
 
 def find_abandoned(store: Store) -> list[AbandonedRun]:
-    """Runs recorded as running whose process is gone (or lease expired), and staging no live run owns."""
+    """Runs recorded as running whose process is gone (or, on another host, whose lease expired)."""
     now = time.time()
     found: dict[str, AbandonedRun] = {}
-    live: set[str] = set()
     for rel in store.glob(f"{RUNNING_DIR}/*.json"):
         try:
             holder = json.loads(store.read_bytes(rel))
         except FileNotFoundError:  # its run ended between the listing and the read
             continue
         reason = _why_abandoned(store, holder, now)
-        if reason is None:
-            live.add(holder["run_id"])
-        else:
+        if reason is not None:
             found[holder["run_id"]] = AbandonedRun(holder["run_id"], reason, holder["model"], holder["release"])
-    # a run stages nothing before its marker exists, so staging without a live marker belongs to nobody
-    for rel in store.glob("staging/*"):
-        run_id = rel.rsplit("/", 1)[-1]
-        if run_id in live:
-            continue
-        run = found.setdefault(run_id, AbandonedRun(run_id, "it has ended (or was never recorded)"))
-        run.staging = True
     return sorted(found.values(), key=lambda r: r.run_id)
 
 
 def sweep_abandoned(store: Store, runs: list[AbandonedRun]) -> None:
-    """Record each abandoned run as ``abandoned`` (if it still says running) and remove its staging."""
+    """Record each abandoned run as ``abandoned`` (if it still says running) and remove its marker."""
     for run in runs:
         rel = f"runs/{run.run_id}.parquet"
         if run.model is not None and run_status(store, run.run_id) == "running":
@@ -164,7 +154,6 @@ def sweep_abandoned(store: Store, runs: list[AbandonedRun]) -> None:
                 status=pl.lit("abandoned"), message=pl.lit(f"abandoned: {run.reason}"[:2000]),
                 finished_at=pl.lit(ended).cast(record.schema["finished_at"]))
             store.write_table(rel, record.to_arrow())
-        store.rm(f"staging/{run.run_id}", recursive=True)
         store.rm(_marker(run.run_id))
 
 

@@ -92,6 +92,11 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# The top-level folders normaudit writes: a root holding none of them holds no normaudit store.
+STORE_FOLDERS = ("probes", "embeddings", "token_norms", "runs", "results", "alerts", "comparisons", "leases",
+                 "quarantine", "reports", "training_trace", "theory")
+
+
 class Store:
     """Paths and atomic reads/writes under one storage root.
 
@@ -162,6 +167,20 @@ class Store:
                 "Check the path exists and is writable (or the bucket, endpoint and credentials for s3://), "
                 "or pass another --root."
             ) from exc
+
+    def why_no_store(self) -> str | None:
+        """Why the root holds no normaudit store (it is missing, a file, or holds none of :data:`STORE_FOLDERS`),
+        or None when it holds one. Reads only: a mistyped root must not look like an empty store, nor be created.
+        """
+        if not self.retry(lambda: self.fs.exists(self.base), "look at the root"):
+            return "it does not exist"
+        if self.retry(lambda: self.fs.isfile(self.base), "look at the root"):
+            return "it is a file"
+        names = {p.rstrip("/").rsplit("/", 1)[-1]
+                 for p in self.retry(lambda: self.fs.ls(self.base, detail=False), "list the root")}
+        if not names & set(STORE_FOLDERS):
+            return "it holds none of normaudit's folders (probes/, embeddings/, runs/, ...)"
+        return None
 
     # ---------- retries ----------
     def retry(self, fn: Callable[[], T], what: str, policy: RetryPolicy | None = None) -> T:

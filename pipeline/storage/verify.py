@@ -19,7 +19,9 @@ is work for the next audit, not corruption.
 A part file in a partition folder that no manifest lists is an *orphan*: a worker wrote it and its run
 was killed before the flow committed it. It is invisible to every reader; ``verify`` lists it (not an
 error), the next audit of its release reuses it when its bytes still match the sha256 in its name, and
-``verify --repair`` removes it unless a live run holds the release's lease (that run may still commit it).
+``verify --repair`` removes it under the release's lease: while a live run holds it (that run may still commit
+its parts) the repair of that release is refused, naming the run. ``.tmp-*`` files of a write that was killed
+(a local root's atomic writes) are *leftovers*: listed, and removed by ``--repair`` the same way.
 
 A corrupt part is never repaired silently: a storage layer that changes bytes is news for
 whoever runs it. ``normaudit verify --repair`` moves such parts to ``quarantine/`` and drops
@@ -29,6 +31,10 @@ them from their manifest (under the release's lease); the next audit re-embeds t
 from __future__ import annotations
 
 import datetime as dt
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from pipeline.probes.base import text_sha256
@@ -59,6 +65,7 @@ class VerifyReport:
     parts: int = 0
     problems: list[Problem] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)  # part files no manifest lists, relative to the root
+    leftovers: list[str] = field(default_factory=list)  # ``.tmp-*`` files of writes that never finished
 
     @property
     def ok(self) -> bool:
@@ -159,10 +166,12 @@ def verify_texts(store: Store, manifest: Manifest, current: dict[str, str],
     return problems
 
 
-def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> VerifyReport:
+def verify_root(store: Store, depth: str = "sha256", texts: bool = False, leftovers: bool = False) -> VerifyReport:
     """Check every committed part under the root; parts are read one at a time.
 
     ``texts``: also check every row's ``text_sha256`` against its probe item's (:func:`verify_texts`).
+    ``leftovers``: also list ``.tmp-*`` files (:func:`find_leftovers`: one listing of the whole root, so
+    ``normaudit verify`` asks for it, not every catalog that opens).
     """
     report = VerifyReport(depth)
     sizes = _sizes(store) if depth == "size" else None
@@ -180,33 +189,112 @@ def verify_root(store: Store, depth: str = "sha256", texts: bool = False) -> Ver
             report.problems.extend(verify_texts(store, m, current[m.probe_set],
                                                 frozenset(p.shard_id for p in problems)))
     report.orphans = [rel for rel in store.glob("embeddings/*/*/*/part-*.parquet") if rel not in listed]
+    report.leftovers = find_leftovers(store) if leftovers else []
     return report
 
 
-def remove_orphans(store: Store, orphans: list[str]) -> tuple[list[str], list[str]]:
-    """Remove orphan part files, each release under its lease; returns (removed, kept because a live run holds
-    the release: it may still commit them)."""
+@contextmanager
+def release_lease(store: Store, model: str, release: str, ttl_s: float = lease.DEFAULT_TTL_S) -> Iterator[lease.Lease]:
+    """Hold a release's lease for a repair of it (:class:`~pipeline.storage.lease.LeaseHeldError` while a live run
+    holds it, naming that run); released on exit. Check the lease (:func:`pipeline.storage.lease.check`) before
+    each change, so a repair never changes a release another run took over meanwhile."""
+    run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    try:
+        held = lease.acquire(store, model, release, run, ttl_s)
+    except lease.LeaseHeldError as exc:
+        cur = lease.current_lease(store, model, release)
+        holder = cur.describe() if cur is not None else "another run"
+        raise lease.LeaseHeldError(
+            f"{model} release {release!r} is held by {holder}, which may still commit its written parts: nothing "
+            "of that release was changed; rerun `normaudit verify --repair` once that run has ended") from exc
+    try:
+        yield held
+    finally:
+        lease.release(store, model, release, held)
+
+
+def _release_of(rel: str) -> tuple[str, str] | None:
+    """The (model, release) of a path under ``embeddings/`` or ``token_norms/``, else None."""
+    parts = rel.split("/")
+    if len(parts) > 3 and parts[0] in ("embeddings", "token_norms") and parts[1].startswith("model=") \
+            and parts[2].startswith("release="):
+        return parts[1].removeprefix("model="), parts[2].removeprefix("release=")
+    return None
+
+
+def remove_orphans(store: Store, orphans: list[str], ttl_s: float = lease.DEFAULT_TTL_S
+                   ) -> tuple[list[str], list[str]]:
+    """Remove orphan part files, each release under its (fenced) lease.
+
+    Returns (removed, refusals): a release a live run holds is left alone (that run may still commit them), and
+    its refusal names the run.
+    """
     by_release: dict[tuple[str, str], list[str]] = {}
     for rel in orphans:
-        _, model, release, *_ = rel.split("/")
-        by_release.setdefault((model.removeprefix("model="), release.removeprefix("release=")), []).append(rel)
-    removed, kept = [], []
-    run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+        if (owner := _release_of(rel)) is not None:  # a folder not named model=/release= is no release's: left
+            by_release.setdefault(owner, []).append(rel)
+    removed, refused = [], []
     for (model, release), files in sorted(by_release.items()):
         try:
-            held = lease.acquire(store, model, release, run)
-        except lease.LeaseHeldError:
-            kept.extend(files)
-            continue
+            with release_lease(store, model, release, ttl_s) as held:
+                lease.check(store, held, model, release)  # still ours: nobody took it over since
+                listed = {f"{_partition(store, m)}/{p.file}" for m in store.manifests(model, release) for p in m.parts}
+                for rel in files:
+                    if rel not in listed:  # committed meanwhile by a run that has since ended: keep it
+                        store.rm(rel)
+                        removed.append(rel)
+        except lease.LeaseHeldError as exc:
+            refused.append(str(exc))
+    return removed, refused
+
+
+def find_leftovers(store: Store) -> list[str]:
+    """Temporary files of a write that never finished (``.tmp-*``: its process was killed), relative to the root."""
+    found = store.retry(lambda: store.fs.find(store.base), "list the root") if store.exists("") else []
+    prefix = store.base + "/"
+    rels = (f[len(prefix):] if f.startswith(prefix) else f for f in found)
+    return sorted(r for r in rels if r.rsplit("/", 1)[-1].startswith(".tmp-"))
+
+
+def remove_leftovers(store: Store, files: list[str], ttl_s: float = lease.DEFAULT_TTL_S
+                     ) -> tuple[list[str], list[str]]:
+    """Remove ``.tmp-*`` leftovers. Those of a release's folders go under its lease (a live run of it may be
+    writing them: refused, naming it); the others only once older than ``ttl_s`` (a write in flight is younger).
+
+    Returns (removed, refusals).
+    """
+    removed, refused = [], []
+    by_release: dict[tuple[str, str], list[str]] = {}
+    now = time.time()
+    for rel in files:
+        owner = _release_of(rel)
+        if owner is not None:
+            by_release.setdefault(owner, []).append(rel)
+        elif now - _modified(store, rel) > ttl_s:
+            store.rm(rel)
+            removed.append(rel)
+    for (model, release), rels in sorted(by_release.items()):
         try:
-            listed = {f"{_partition(store, m)}/{p.file}" for m in store.manifests(model, release) for p in m.parts}
-            for rel in files:
-                if rel not in listed:  # committed meanwhile by a run that has since ended: keep it
+            with release_lease(store, model, release, ttl_s) as held:
+                lease.check(store, held, model, release)
+                for rel in rels:
                     store.rm(rel)
                     removed.append(rel)
-        finally:
-            lease.release(store, model, release, held.run_id)
-    return removed, kept
+        except lease.LeaseHeldError as exc:
+            refused.append(str(exc))
+    return removed, refused
+
+
+def _modified(store: Store, rel: str) -> float:
+    """Last modification of a file as a POSIX time (now when storage does not say: kept as if in flight)."""
+    try:
+        info = store.retry(lambda: store.fs.info(store.path(rel)), f"stat {rel}")
+    except FileNotFoundError:
+        return time.time()
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
+    if isinstance(mtime, dt.datetime):
+        return mtime.timestamp()
+    return float(mtime) if mtime is not None else time.time()
 
 
 def raise_if_corrupt(store: Store, problems: list[Problem]) -> None:
@@ -222,33 +310,42 @@ def raise_if_corrupt(store: Store, problems: list[Problem]) -> None:
     )
 
 
-def repair(store: Store, problems: list[Problem]) -> str:
+def repair(store: Store, problems: list[Problem], ttl_s: float = lease.DEFAULT_TTL_S) -> str:
     """Quarantine the parts with problems and drop them from their manifests; returns the quarantine folder.
 
     This holds for every kind, the text kinds included: a ``stale_text`` or ``no_text_hash`` part is moved
     whole (its current rows too) to ``quarantine/verify-<time>/<model>/<release>/<probe_set>/`` beside a
     ``.problem.txt``, so nothing of it stays committed and the next audit of that release re-embeds its
-    shard with the texts of now. Each release is changed under its lease, so a running audit of it is
-    never raced.
+    shard with the texts of now. Each release is changed under its (fenced) lease, so a running audit of it is
+    never raced: a release a live run holds is left as it is, and :class:`~pipeline.storage.lease.LeaseHeldError`
+    names that run once the other releases are repaired.
     """
     run = "verify-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     folder = f"quarantine/{run}"
     by_partition: dict[tuple[str, str, str], list[Problem]] = {}
     for p in problems:
         by_partition.setdefault((p.model, p.release, p.probe_set), []).append(p)
+    refused = []
     for (model, release, probe_set), probs in by_partition.items():
-        held = lease.acquire(store, model, release, run)
         try:
-            manifest = store.read_manifest(model, release, probe_set)
-            bad = {p.shard_id for p in probs}
-            manifest.parts = [p for p in manifest.parts if p.shard_id not in bad]
-            store.write_manifest(manifest)  # readers stop seeing the parts before they move
-            for p in probs:
-                dest = f"{folder}/{model}/{release}/{probe_set}/{p.file.rsplit('/', 1)[-1]}"
-                if p.kind != "missing":
-                    store.move(p.file, dest)
-                store.write_bytes_atomic(dest + ".problem.txt", f"{p.kind}: {p.detail}\n".encode())
-        finally:
-            lease.release(store, model, release, held.run_id)
+            with release_lease(store, model, release, ttl_s) as held:
+                _repair_partition(store, held, folder, model, release, probe_set, probs)
+        except lease.LeaseHeldError as exc:
+            refused.append(str(exc))
+    if refused:
+        raise lease.LeaseHeldError("; ".join(dict.fromkeys(refused)))
     return folder
 
+
+def _repair_partition(store: Store, held: lease.Lease, folder: str, model: str, release: str, probe_set: str,
+                      probs: list[Problem]) -> None:
+    lease.check(store, held, model, release)  # fenced: the manifest is ours to change
+    manifest = store.read_manifest(model, release, probe_set)
+    bad = {p.shard_id for p in probs}
+    manifest.parts = [p for p in manifest.parts if p.shard_id not in bad]
+    store.write_manifest(manifest)  # readers stop seeing the parts before they move
+    for p in probs:
+        dest = f"{folder}/{model}/{release}/{probe_set}/{p.file.rsplit('/', 1)[-1]}"
+        if p.kind != "missing":
+            store.move(p.file, dest)
+        store.write_bytes_atomic(dest + ".problem.txt", f"{p.kind}: {p.detail}\n".encode())

@@ -39,10 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.names import check_name
 from pipeline.probes.splits import SPLIT_SEED, TEST_FRACTION, reverse_dictionary_pairs
+from pipeline.progress import step_reporter
 from pipeline.quality.gates import gate_trace_part, trace_dir
 from pipeline.settings import Settings
 from pipeline.storage.store import Store
-from pipeline.theory.progress import step_reporter
 from pipeline.theory.trace import TRACE_KINDS, TraceEncoder, TraceRecorder, trace_sample
 
 DEFAULT_LR = {"adamw": 5e-5, "sgd": 5e-2}
