@@ -14,8 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.analysis.analyses import AUDIT_ANALYSES, RESULT_COLUMNS, run_analysis
-from pipeline.analysis.claims import claims_table, store_claims
+from pipeline.analysis.audit_analyses import analyse_and_store
 from pipeline.analysis.compare import (
     ALERT_COLUMNS,
     AlertThresholds,
@@ -51,7 +50,7 @@ from pipeline.storage.parts import (
     read_orphan,
     write_part,
 )
-from pipeline.storage.runs import find_abandoned, sweep_abandoned, write_results
+from pipeline.storage.runs import find_abandoned, sweep_abandoned
 from pipeline.storage.shards import (
     PartRows,
     Shard,
@@ -311,19 +310,7 @@ def write_token_properties(store: Store, model: str, release: str, norms: pl.Dat
 
 def run_analyses(ctx: AuditContext) -> pl.DataFrame:
     """Run the audit's analyses over committed data; store their ``results`` rows and the ``claims`` they decide."""
-    con = open_catalog(ctx.store)
-    frames = []
-    try:
-        for name in AUDIT_ANALYSES:
-            res = run_analysis(con, name, ctx.model, ctx.release, ctx.run_id)
-            if res.height:  # an analysis whose inputs the probe sets lack has no rows, and no file
-                write_results(ctx.store, ctx.run_id, name, res)
-                frames.append(res)
-        results = pl.concat(frames) if frames else pl.DataFrame(schema=dict.fromkeys(RESULT_COLUMNS, pl.String))
-        store_claims(ctx.store, claims_table(con, results, ctx.model, ctx.release, ctx.run_id))
-    finally:
-        con.close()  # the catalog keeps the memory it freed until it closes (pipeline.storage.catalog.connect)
-    return results
+    return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id)
 
 
 def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
