@@ -45,7 +45,7 @@ from analysis_suite import peak_gib, reset_peak  # noqa: E402 - a sibling script
 
 from pipeline.analysis.analyses import AUDIT_ANALYSES, run_analysis  # noqa: E402
 from pipeline.analysis.replicates import stage_replicates  # noqa: E402
-from pipeline.analysis.sql import ANALYSIS_STAGING, BOOTSTRAP, DEFAULT_PARAMS, ensure_staged, run_query  # noqa: E402
+from pipeline.analysis.sql import ANALYSIS_STAGED, BOOTSTRAP, DEFAULT_PARAMS, ensure_staged, run_query  # noqa: E402
 from pipeline.storage.catalog import connect  # noqa: E402
 
 # MiniLM words per second, docs/scale.md "Items per second per worker" (benchmarks/embed_throughput.py)
@@ -123,7 +123,7 @@ def measure(items: int, fit: tuple[int, int] | None, memory: str) -> dict[str, t
     reset_peak()
     try:
         with clock("staging"):
-            for table in ANALYSIS_STAGING:
+            for table in ANALYSIS_STAGED:
                 ensure_staged(con, table, "m", "r")
         params = {"seed": DEFAULT_PARAMS["seed"], "resamples": AUDIT_RESAMPLES}
         for name in AUDIT_ANALYSES:

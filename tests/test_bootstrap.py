@@ -14,7 +14,7 @@ from scipy import stats
 
 from pipeline.analysis import bootstrap, m_out_of_n, replicates
 from pipeline.analysis.paired import paired_comparison
-from pipeline.analysis.sql import ANALYSIS_STAGING, BOOTSTRAP, ensure_staged, load_sql, run_query, stage_replicate_keys
+from pipeline.analysis.sql import ANALYSIS_STAGED, BOOTSTRAP, ensure_staged, load_sql, run_query, stage_replicate_keys
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
 from tests.helpers import partial_spearman, poisson_weights, store_synthetic, word_probe_set
@@ -50,7 +50,7 @@ def stored(tmp_path_factory):
 
 def _replicates(store, resamples, batch_resamples, **kwargs):
     con = open_catalog(store)
-    for table in ANALYSIS_STAGING:
+    for table in ANALYSIS_STAGED:
         ensure_staged(con, table, "m", "r1")
     replicates.stage_replicates(con, BOOTSTRAP, SEED, resamples, batch_resamples, **kwargs)
     rows = con.execute(f"select property, statistic, b, value from {BOOTSTRAP} order by all").fetchall()
@@ -254,7 +254,7 @@ def test_m_out_of_n_draws_equal_the_definition_in_any_chunking(large):
     np.testing.assert_array_equal(got, m_out_of_n_draws(SEED, 12, 1000, 2397)[3:])
     store, _ = large
     con = open_catalog(store)
-    for table in ANALYSIS_STAGING:
+    for table in ANALYSIS_STAGED:
         ensure_staged(con, table, "m", "r1")
 
     def staged(**split):

@@ -7,7 +7,7 @@ audit's own intervals: :mod:`pipeline.analysis.bootstrap`), so replicate b resam
 sides and the interval is the 2.5/97.5% percentiles of the per-replicate differences. Units embedded by one
 side only are counted (``n_only_base``, ``n_only_other``), never resampled.
 
-norm_vs_property reuses the audit's staging and bootstrap, run over the shared items: while a side is
+norm_vs_property reuses the audit's staged tables and bootstrap, run over the shared items: while a side is
 staged, the connection's ``embeddings`` is a temporary view of the shared items only (it shadows the
 catalog's view of the same name; see :func:`shared_embeddings`). The other analyses resample their units in
 ``sql/paired_*.sql`` (:mod:`pipeline.analysis.paired_units`).
@@ -32,7 +32,7 @@ from pipeline.analysis.paired_units import (
 from pipeline.analysis.sql import (
     BOOTSTRAP,
     DEFAULT_PARAMS,
-    STAGING,
+    STAGED_QUERIES,
     ensure_bootstrap_replicates,
     forget_staged,
     load_sql,
@@ -51,7 +51,7 @@ PAIRED_COLUMNS = {
 }
 # The staged scopes a paired comparison builds over shared items only: forgotten before and after, so no
 # audit query on the same connection reads them as a whole release's.
-_SHARED_STAGING = (*STAGING, BOOTSTRAP, "retrieval")
+_SHARED_STAGED = (*STAGED_QUERIES, BOOTSTRAP, "retrieval")
 _INPUTS = {
     "paired_points": "side utinyint, analysis varchar, probe_set varchar, property varchar, statistic varchar, "
                      "value double, n bigint",
@@ -127,13 +127,13 @@ def shared_embeddings(con: duckdb.DuckDBPyConnection, base: tuple[str, str],
     """Within the block, ``embeddings`` on ``con`` holds only the items both sides embedded.
 
     A temporary view shadows the catalog's ``embeddings`` (DuckDB resolves temporary objects first), so the
-    audit's own staging and retrieval search run unchanged over the shared items. The staged scopes built
+    audit's own staged tables and retrieval search run unchanged over the shared items. The staged scopes built
     inside are forgotten on leaving, and the view dropped: the connection is then as before.
     """
     database = con.execute("select current_database()").fetchone()[0]
     con.execute("create or replace temp table paired_shared_items as "
                 "select * from (" + load_sql("paired_shared_items") + ")", side_params(base, other))
-    forget_staged(con, *_SHARED_STAGING)
+    forget_staged(con, *_SHARED_STAGED)
     quoted = '"' + database.replace('"', '""') + '"'
     # view DDL takes no parameters; the database name is quoted above
     con.execute(f"create or replace temp view embeddings as select e.* from {quoted}.main.embeddings as e "
@@ -142,7 +142,7 @@ def shared_embeddings(con: duckdb.DuckDBPyConnection, base: tuple[str, str],
         yield
     finally:
         con.execute("drop view if exists temp.main.embeddings")
-        forget_staged(con, *_SHARED_STAGING)
+        forget_staged(con, *_SHARED_STAGED)
 
 
 def _norm_vs_property(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: tuple[str, str],

@@ -13,11 +13,11 @@ from __future__ import annotations
 import duckdb
 
 from pipeline.analysis.retrieval import register_retrieval_tables
-from pipeline.analysis.sql import bind_params, ensure_staging_of, load_sql, stage_replicate_keys
+from pipeline.analysis.sql import bind_params, ensure_staged_of, load_sql, stage_replicate_keys
 from pipeline.progress import reporter
 
 # (analysis, the query of one side's units or None where Python registers them, the query of its statistics).
-# A units query reads the audit's staging of that analysis (sql/stg_*.sql), built per side.
+# A units query reads the audit's staged tables of that analysis (sql/stg_*.sql), built per side.
 UNIT_ANALYSES = (
     ("hypernym_pairs", "paired_hypernym_units", "paired_hypernym_pairs"),
     ("token_norm_vs_frequency", "paired_token_units", "paired_token_norm_vs_frequency"),
@@ -94,10 +94,10 @@ def compare_units(con: duckdb.DuckDBPyConnection, base: tuple[str, str], other: 
 
 def _side_units(con: duckdb.DuckDBPyConnection, raw: str, units_query: str, base: tuple[str, str],
                 other: tuple[str, str], params: dict) -> None:
-    """Each side's rows of ``units_query`` into temporary table ``raw``, the staging it reads built for that side."""
+    """Each side's rows of ``units_query`` into temporary table ``raw``, its staged tables built for that side."""
     sql = load_sql(units_query)
     for side, (model, release) in sides(base, other):
-        ensure_staging_of(con, sql, model, release)
+        ensure_staged_of(con, sql, model, release)
         verb = f"create or replace temp table {raw} as" if side == 0 else f"insert into {raw}"
         _execute(con, f"{verb} select * from", units_query, {**params, "side": side})
 

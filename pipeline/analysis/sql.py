@@ -1,4 +1,4 @@
-"""Run the SQL files of ``sql/`` by name with bound parameters (staging tables built on first use)."""
+"""Run the SQL files of ``sql/`` by name with bound parameters (staged tables built on first use)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import polars as pl
 from pipeline.analysis.bootstrap import MAX_M
 from pipeline.analysis.replicates import stage_replicates
 
-# Staging queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
-ANALYSIS_STAGING = ("stg_analysis_groups", "stg_analysis_values")
-# Staging queries, materialized once per connection and scope for every query that names them. The units of
+# Staged queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
+ANALYSIS_STAGED = ("stg_analysis_groups", "stg_analysis_values")
+# Staged queries, materialized once per connection and scope for every query that names them. The units of
 # hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
-STAGING = (*ANALYSIS_STAGING, "stg_hypernym_pairs", "stg_token_words")
+STAGED_QUERIES = (*ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
 # Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
 REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
@@ -67,7 +67,7 @@ def bind_params(sql: str, params: dict) -> dict:
 
 
 def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str) -> None:
-    """Materialize staging query ``sql/<name>.sql`` as a temporary table ``name`` for one scope.
+    """Materialize staged query ``sql/<name>.sql`` as a temporary table ``name`` for one scope.
 
     Once per connection and (model, release): the analyses that read it then share one string join
     and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
@@ -98,7 +98,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
                                 bootstrap_switch_n: int = DEFAULT_PARAMS["bootstrap_switch_n"],
                                 bootstrap_m: int = DEFAULT_PARAMS["bootstrap_m"], **_: object) -> None:
     """Stage the bootstrap replicates of norm_vs_property (:mod:`pipeline.analysis.bootstrap`, which defines
-    the method) as temporary table :data:`BOOTSTRAP`, from the staged :data:`ANALYSIS_STAGING` tables.
+    the method) as temporary table :data:`BOOTSTRAP`, from the staged :data:`ANALYSIS_STAGED` tables.
 
     Once per connection and (model, release, seed, resamples, switch-over, m), in batches of replicates: a
     batch holds at most ``bootstrap_batch_rows`` (staged value row x replicate) pairs, so memory stays bounded
@@ -115,7 +115,7 @@ def ensure_bootstrap_replicates(con: duckdb.DuckDBPyConnection, model: str, rele
     scope = f"seed={seed} resamples={resamples} switch_n={switch_n} m={m}"
     if staged_for(con, BOOTSTRAP) == (model, release, scope):
         return
-    for table in ANALYSIS_STAGING:
+    for table in ANALYSIS_STAGED:
         ensure_staged(con, table, model, release)
     value_rows = con.execute("select count(*) from stg_analysis_values").fetchone()[0]
     batch = max(1, min(resamples, bootstrap_batch_rows // max(value_rows, 1)))
@@ -132,9 +132,9 @@ def stage_replicate_keys(con: duckdb.DuckDBPyConnection, seed: int, first_resamp
     con.execute(f"create or replace temp table {REPLICATE_KEYS} as {sql}", bind_params(sql, params))
 
 
-def ensure_staging_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str) -> None:
-    """Build the staging tables (:data:`STAGING`) that query text ``sql`` names, for ``model`` and ``release``."""
-    for table in STAGING:
+def ensure_staged_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str) -> None:
+    """Build the staged tables (:data:`STAGED_QUERIES`) that query text ``sql`` names, for ``model`` and ``release``."""
+    for table in STAGED_QUERIES:
         if re.search(rf"\b{table}\b", sql):
             ensure_staged(con, table, model, release)
 
@@ -167,7 +167,7 @@ def record_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
 
 
 def forget_staged(con: duckdb.DuckDBPyConnection, *names: str) -> None:
-    """Make the next query that needs staging ``names`` build it again (their tables are left to be replaced):
+    """Make the next query that needs staged tables ``names`` build it again (their tables are left to be replaced):
     for code that staged them over other rows than the scope says, such as a paired comparison's shared items."""
     for name in names:
         if staged_for(con, name) is not None:
@@ -177,12 +177,12 @@ def forget_staged(con: duckdb.DuckDBPyConnection, *names: str) -> None:
 def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
     """Execute ``sql/<name>.sql`` with parameters bound by name (``$model`` ← ``model=...``).
 
-    A query reading a staging table (:data:`STAGING`) gets it built first for its ``model`` and ``release``;
+    A query reading a staged table (:data:`STAGED_QUERIES`) gets it built first for its ``model`` and ``release``;
     one reading the bootstrap replicates (:data:`BOOTSTRAP`) gets them for its ``resamples`` and ``seed`` too.
     """
     sql = load_sql(name)
-    if any(re.search(rf"\b{table}\b", sql) for table in STAGING):
-        ensure_staging_of(con, sql, params["model"], params["release"])
+    if any(re.search(rf"\b{table}\b", sql) for table in STAGED_QUERIES):
+        ensure_staged_of(con, sql, params["model"], params["release"])
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
     return con.sql(sql, params=bind_params(sql, params)).pl()
