@@ -92,8 +92,8 @@ def train_head(defs: np.ndarray, lems: np.ndarray, measured: np.ndarray, run: He
     Returns the window's halves as :class:`~pipeline.theory.estimators.Estimates` (``first``, ``second``),
     the measured items' norms after every window step (``norms`` [window, M], float64) with their step
     numbers (``steps``), the per-step heat of the fit half and the norms before those steps (``heat``,
-    ``r_before``, [window/2, M]), the mean loss of the
-    window and ‖W‖ at its end.
+    ``r_before``, [window/2, M]), the mean loss of the window, the final weights (``weights``) and their
+    norm, and the window's r² balance (:attr:`~pipeline.theory.estimators.NormTracker.balance`).
     """
     import torch
 
@@ -144,4 +144,5 @@ def train_head(defs: np.ndarray, lems: np.ndarray, measured: np.ndarray, run: He
         W = W_new
     return {"first": tracker.estimates(0), "second": tracker.estimates(1), "norms": norms,
             "steps": np.arange(run.burn_in + 1, run.steps + 1), "heat": heat, "r_before": r_before,
-            "loss": float(np.mean(losses)), "w_norm": float(W.norm()), "balance": tracker.balance}
+            "loss": float(np.mean(losses)), "w_norm": float(W.norm()), "weights": W.numpy(),
+            "balance": tracker.balance}

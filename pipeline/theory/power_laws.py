@@ -77,8 +77,8 @@ def corrected_equilibrium(d: np.ndarray, c: np.ndarray, k: np.ndarray, eta: floa
     (``scale``: a typical r² of the item, e.g. its measured mean) and refined by bisection to machine
     precision. NaN where g never crosses from + to − on the grid (no stable fixed point there).
     """
-    d, c, k, scale = (np.broadcast_to(np.asarray(a, float), np.shape(scale)).ravel()
-                      for a in (d, c, k, scale))
+    shape = np.shape(scale)
+    d, c, k, scale = (np.broadcast_to(np.asarray(a, float), shape).ravel() for a in (d, c, k, scale))
     s = scale[:, None] * np.logspace(-decades, decades, grid)[None, :]
     g = _balance(s, d[:, None], c[:, None], k[:, None], eta, weight_decay)
     down = (g[:, :-1] > 0) & (g[:, 1:] <= 0)
@@ -91,7 +91,7 @@ def corrected_equilibrium(d: np.ndarray, c: np.ndarray, k: np.ndarray, eta: floa
         pos = _balance(mid, d, c, k, eta, weight_decay) > 0
         lo, hi = np.where(pos, mid, lo), np.where(pos, hi, mid)
     root = np.where(has, 0.5 * (lo + hi), np.nan)
-    return np.sqrt(root).reshape(np.shape(np.asarray(scale)))
+    return np.sqrt(root).reshape(shape)
 
 
 def integrate_corrected(r2: np.ndarray, d: np.ndarray, c: np.ndarray, k: np.ndarray, eta: float,
@@ -102,7 +102,8 @@ def integrate_corrected(r2: np.ndarray, d: np.ndarray, c: np.ndarray, k: np.ndar
     r2 = np.asarray(r2, float).copy()
     total = np.zeros_like(r2)
     for _ in range(steps):
-        heat = c * r2 ** (k / 2.0)
-        r2 = np.maximum(r2 + 2 * eta * (d - weight_decay * r2) + eta**2 * heat / r2, 1e-12)
+        with np.errstate(over="ignore", invalid="ignore"):  # a runaway (k > 4) becomes inf: it scores NaN
+            heat = c * r2 ** (k / 2.0)
+            r2 = np.maximum(r2 + 2 * eta * (d - weight_decay * r2) + eta**2 * heat / r2, 1e-12)
         total += np.sqrt(r2)
     return total / max(steps, 1), np.sqrt(r2)
