@@ -66,7 +66,8 @@ def fit_heat_power(norms: np.ndarray, heat: np.ndarray) -> tuple[np.ndarray, np.
 
 def _balance(s: np.ndarray, d, c, k, eta: float, weight_decay: float) -> np.ndarray:
     """g(s) = −2λs + 2d + ηc s^((k−2)/2), the balance divided by η (module docstring)."""
-    return -2.0 * weight_decay * s + 2.0 * d + eta * c * s ** ((k - 2.0) / 2.0)
+    with np.errstate(over="ignore"):  # far ends of the search grid with a large k: inf has the right sign
+        return -2.0 * weight_decay * s + 2.0 * d + eta * c * s ** ((k - 2.0) / 2.0)
 
 
 def corrected_equilibrium(d: np.ndarray, c: np.ndarray, k: np.ndarray, eta: float, weight_decay: float,
