@@ -130,7 +130,8 @@ def formula_predictions(trace: pl.DataFrame, weight_decay: float, window_start: 
     )
     facts = {"window": [int(steps[0]), int(mid), int(steps[-1])], "items": items.height, "lambda": weight_decay,
              "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2)),
-             "heat_power_k_median": float(np.nanmedian(k)),
+             # k is NaN for an item with fewer than 3 usable steps: the median of the rest, NaN if none (no warning)
+             "heat_power_k_median": float(np.median(k[np.isfinite(k)])) if np.isfinite(k).any() else float("nan"),
              "fixed_point_share": float(np.isfinite(items["corrected"].to_numpy()).mean())}
     return items, facts
 
