@@ -147,10 +147,10 @@ def test_the_heat_power_fit_equals_numpy_polyfit_per_item():
 
 
 def test_every_baseline_equals_an_independent_computation():
-    rng = np.random.default_rng(4)
-    steps = np.arange(11, 21)
-    norms = rng.uniform(1, 2, (10, 6)) + 0.05 * steps[:, None]
-    target, eta, lam = np.arange(21, 31), 0.1, 0.2
+    # the norms of the simulated scale-invariant SGD, on their way to equilibrium: steps 11..20 predict 21..30
+    eta, lam = 0.1, 0.2
+    path, _ = simulate_sgd(np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0]), eta, lam, steps=30, seed=4)
+    steps, norms, target = np.arange(11, 21), path[10:20], np.arange(21, 31)
     got = baseline_predictions(norms, steps, target, eta, lam)
     assert set(got) == set(BASELINES)
     np.testing.assert_allclose(got["persistence"], norms.mean(0), rtol=1e-12)
