@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.theory.estimators import NormTracker
+from pipeline.theory.trace import TraceEncoder
 
 __all__ = ["HeadRun", "head_features", "train_head"]
 
@@ -64,8 +65,6 @@ def head_features(model, pairs, n_pairs: int, seed: int = 0) -> tuple[np.ndarray
     ``pairs`` is :func:`pipeline.probes.splits.reverse_dictionary_pairs`' frame (one row per lemma, so no lemma
     is drawn twice and no pair is another's false negative).
     """
-    from pipeline.theory.trace import TraceEncoder
-
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(pairs.height, n_pairs, replace=False))
     chosen = pairs[pick]
