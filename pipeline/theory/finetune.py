@@ -213,8 +213,11 @@ def _callback(cfg: FinetuneConfig, store: Store, run_id: str, recorder: TraceRec
     return CheckpointAndTrace()
 
 
-def finetune(settings: Settings, store: Store, cfg: FinetuneConfig, run_id: str) -> dict:
+def finetune(settings: Settings, store: Store, cfg: FinetuneConfig, run_id: str, callbacks: tuple = ()) -> dict:
     """Train ``cfg``; returns the run's label, checkpoints, trace parts, decay groups and seconds.
+
+    ``callbacks``: further ``transformers.TrainerCallback`` instances for the trainer (e.g.
+    :func:`pipeline.theory.rotational.module_norm_recorder`, which records every parameter's norm each step).
 
     ``seconds`` holds ``total`` (this function, model loading included), ``load``, ``train``, ``trace``
     (tokenizing the sample once and every traced forward) and ``checkpoints`` (saving and gating).
@@ -260,7 +263,7 @@ def finetune(settings: Settings, store: Store, cfg: FinetuneConfig, run_id: str)
         )
         trainer = _trainer_class(cfg.decay_norms)(
             model=model, args=args, train_dataset=data, loss=MultipleNegativesRankingLoss(model),
-            callbacks=[_callback(cfg, store, run_id, recorder, encoder, out, log)],
+            callbacks=[_callback(cfg, store, run_id, recorder, encoder, out, log), *callbacks],
         )
         trainer.remove_callback(PrinterCallback)  # it prints the trainer's metrics dict; the summary has them
         result = trainer.train()

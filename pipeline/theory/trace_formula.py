@@ -11,10 +11,14 @@ before the step, the trace gives the radial displacement ``rho`` and the tangent
 
 The first half of the window gives per-item means of ``d`` and ``h``; the equilibrium of section 4
 (:func:`pipeline.theory.estimators.equilibrium_norm`) predicts the second half's mean norm and the
-norm at the last step. Beside it, two baselines: persistence (the first half's mean norm as the
-prediction) and heat only (``d = 0``); and the same terms as a forecast instead of an equilibrium
-(``integrated``: the balance stepped forward from the first half's last norm), since with AdamW's small
-``eta lambda`` the equilibrium lies ~1 / (eta lambda) steps away, far beyond a short fine-tune.
+norm at the last step. Beside it, the baselines that need no theory (:mod:`pipeline.theory.baselines`:
+persistence, the first half's mean norm; ``last``, its last norm; ``decay``, that times pure decay
+(1 - eta lambda)^dt; ``trend``, a per-item line through the first half) and heat only (``d = 0``); the same
+terms as a forecast instead of an equilibrium (``integrated``: the balance stepped forward from the first
+half's last norm), since with AdamW's small ``eta lambda`` the equilibrium lies ~1 / (eta lambda) steps away,
+far beyond a short fine-tune; and the balance corrected for a heat that scales with the norm, h = c r^k fitted
+per item on the first half (:mod:`pipeline.theory.power_laws`): its equilibrium (``corrected``, NaN for an
+item without a stable fixed point) and its forecast (``corrected_integrated``).
 ``lambda`` is the optimizer's weight decay: for SGD the
 coupled decay the formula assumes; for AdamW the decoupled decay ``theta <- (1 - eta lambda) theta``
 gives the same ``-2 eta lambda r^2`` term for parameters that scale the output, so the same
@@ -30,7 +34,9 @@ import polars as pl
 
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
+from pipeline.theory.baselines import baseline_predictions
 from pipeline.theory.estimators import equilibrium_norm, score
+from pipeline.theory.power_laws import corrected_equilibrium, fit_heat_power, integrate_corrected
 
 
 def read_trace(store: Store, run: str) -> pl.DataFrame:
@@ -96,32 +102,59 @@ def formula_predictions(trace: pl.DataFrame, weight_decay: float, window_start: 
     items = first.join(second, on="item_id").join(last, on="item_id").join(start, on="item_id").sort("item_id")
     eta = float(items["eta"].mean())
     d, h, r2 = (items[c].to_numpy() for c in ("d", "h", "r2"))
-    mean2, final2 = integrate_balance(items["start"].to_numpy() ** 2, d, h, eta, weight_decay,
-                                      int((steps >= mid).sum()))
+    n_second = int((steps >= mid).sum())
+    mean2, final2 = integrate_balance(items["start"].to_numpy() ** 2, d, h, eta, weight_decay, n_second)
+    # the first half as [steps, items] matrices, items in the same order as ``items``
+    wide = half.filter(~pl.col("second")).sort("step")
+    ids = items["item_id"].to_list()
+    norm_m = wide.pivot(on="item_id", index="step", values="norm").select(ids).to_numpy()
+    heat_m = wide.pivot(on="item_id", index="step", values="h").select(ids).to_numpy()
+    r_m = wide.pivot(on="item_id", index="step", values="r2").select(ids).to_numpy() ** 0.5
+    fit_steps = steps.filter(steps < mid).to_numpy()
+    target = steps.filter(steps >= mid).to_numpy()
+    base = baseline_predictions(norm_m, fit_steps, target, eta, weight_decay)
+    base_final = baseline_predictions(norm_m, fit_steps, target[-1:], eta, weight_decay)
+    k, log_c = fit_heat_power(r_m, heat_m)
+    c = np.exp(log_c)
+    corr_mean, corr_final = integrate_corrected(items["start"].to_numpy() ** 2, d, c, k, eta, weight_decay,
+                                                n_second)
     items = items.with_columns(
         pl.Series("formula", equilibrium_norm(d, h, eta, weight_decay)),
         pl.Series("heat_only", equilibrium_norm(np.zeros_like(h), h, eta, weight_decay)),
         pl.Series("integrated", mean2), pl.Series("integrated_final", final2),
+        *(pl.Series(name, base[name]) for name in ("last", "decay", "trend")),
+        *(pl.Series(f"{name}_final", base_final[name]) for name in ("last", "decay", "trend")),
+        pl.Series("heat_power_k", k),
+        pl.Series("corrected", corrected_equilibrium(d, c, k, eta, weight_decay, r2)),
+        pl.Series("corrected_integrated", corr_mean), pl.Series("corrected_integrated_final", corr_final),
     )
     facts = {"window": [int(steps[0]), int(mid), int(steps[-1])], "items": items.height, "lambda": weight_decay,
-             "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2))}
+             "eta": eta, "lambda_eff_median": float(np.median(weight_decay - d / r2)),
+             # k is NaN for an item with fewer than 3 usable steps: the median of the rest, NaN if none (no warning)
+             "heat_power_k_median": float(np.median(k[np.isfinite(k)])) if np.isfinite(k).any() else float("nan"),
+             "fixed_point_share": float(np.isfinite(items["corrected"].to_numpy()).mean())}
     return items, facts
+
+
+PREDICTIONS = ("formula", "persistence", "last", "decay", "trend", "heat_only", "integrated", "corrected",
+               "corrected_integrated")
+FINAL_COLUMNS = {"integrated", "last", "decay", "trend", "corrected_integrated"}  # have a ``_final`` column
 
 
 def score_formula(trace: pl.DataFrame, weight_decay: float, window_start: int = 0) -> dict:
     """Out-of-sample scores of the equilibrium norm from the first half of ``[window_start, last step]``.
 
-    Returns ``{"window", "items", "lambda", "eta", "lambda_eff_median", "second_half": {...}, "final": {...}}``;
-    each target holds ``formula`` (the equilibrium), ``persistence``, ``heat_only`` and ``integrated``
-    (:func:`integrate_balance` from the first half's last norm) scores (R^2, R^2 of log, Spearman) and
-    ``ratio_median`` (predicted / observed norm).
+    Returns ``{"window", "items", "lambda", "eta", "lambda_eff_median", "heat_power_k_median",
+    "fixed_point_share", "second_half": {...}, "final": {...}}``; each target holds, for every name in
+    :data:`PREDICTIONS` (module docstring), the scores (R^2, R^2 of log, Spearman) and ``ratio_median``
+    (predicted / observed norm).
     """
     items, out = formula_predictions(trace, weight_decay, window_start)
     for target in ("second_half", "final"):
         observed = items[target].to_numpy()
         out[target] = {}
-        for name in ("formula", "persistence", "heat_only", "integrated"):
-            column = "integrated_final" if (name, target) == ("integrated", "final") else name
+        for name in PREDICTIONS:
+            column = f"{name}_final" if target == "final" and name in FINAL_COLUMNS else name
             predicted = items[column].to_numpy()
             out[target][name] = {**score(predicted, observed), "ratio_median": float(np.median(predicted / observed))}
     return out
