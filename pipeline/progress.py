@@ -143,24 +143,29 @@ class RichProgress(LogProgress):
                 self._hide()
 
 
-_current: LogProgress = LogProgress()
-
-
-def reporter() -> LogProgress:
-    """The reporter in use (process-wide: the flow runs in the CLI's process)."""
-    return _current
+# The reporters in use, process-wide (the flows run in the CLI's process): one for items, one for steps
+_current: dict[str, object] = {}
 
 
 @contextlib.contextmanager
-def use_progress(progress: LogProgress):
-    """Install ``progress`` for the duration of a CLI run."""
-    global _current
-    previous, _current = _current, progress
+def _installed(slot: str, progress):
+    """Install ``progress`` in ``slot`` for the duration of a CLI run; finish it and restore the previous one."""
+    previous, _current[slot] = _current[slot], progress
     try:
         yield progress
     finally:
         progress.finish()
-        _current = previous
+        _current[slot] = previous
+
+
+def reporter() -> LogProgress:
+    """The item reporter in use."""
+    return _current["items"]
+
+
+def use_progress(progress: LogProgress):
+    """Install ``progress`` for the duration of a CLI run."""
+    return _installed("items", progress)
 
 
 class StepProgress:
@@ -230,21 +235,14 @@ class RichStepProgress(StepProgress):
             self._bar = self._task = None
 
 
-_current_steps: StepProgress = StepProgress()
-
-
 def step_reporter() -> StepProgress:
-    """The step reporter in use (process-wide: the flows run in the CLI's process)."""
-    return _current_steps
+    """The step reporter in use."""
+    return _current["steps"]
 
 
-@contextlib.contextmanager
 def use_step_progress(progress: StepProgress):
     """Install ``progress`` for the duration of a CLI run."""
-    global _current_steps
-    previous, _current_steps = _current_steps, progress
-    try:
-        yield progress
-    finally:
-        progress.finish()
-        _current_steps = previous
+    return _installed("steps", progress)
+
+
+_current.update(items=LogProgress(), steps=StepProgress())

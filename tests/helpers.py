@@ -88,3 +88,19 @@ def poisson_weights(seed: int, resamples: int, n: int) -> np.ndarray:
         h = _mix32(keys[b] ^ np.arange(n, dtype=np.uint64))
         out[b] = (h[:, None] >= thresholds[None, :]).sum(axis=1)
     return out
+
+
+def synthetic_trace(items: int, steps: int, lr: float, seed: int = 3) -> pl.DataFrame:
+    """A ``training_trace`` of one run whose norms move by known radial and tangential steps (step 0: no move)."""
+    rng = np.random.default_rng(seed)
+    rows, norm = [], rng.uniform(1, 3, items)
+    for step in range(steps):
+        radial = np.zeros(items) if step == 0 else rng.normal(0, 0.05, items)
+        tangential = np.zeros(items) if step == 0 else rng.uniform(0.01, 0.2, items)
+        new = np.sqrt((norm + radial) ** 2 + tangential**2) if step else norm
+        rows.append(pl.DataFrame({"run": "r", "step": step, "item_id": [f"i{i:02d}" for i in range(items)],
+                                  "kind": "noun", "norm": new, "r2_change": new**2 - norm**2, "radial": radial,
+                                  "tangential": tangential, "lr": 0.0 if step == 0 else lr,
+                                  "steps_since": 0 if step == 0 else 1}))
+        norm = new
+    return pl.concat(rows)

@@ -30,6 +30,7 @@ from pipeline.storage.store import Store
 from pipeline.theory.finetune import FinetuneConfig, finetune, training_pairs
 from pipeline.theory.trace import TRACE_KINDS, TRACE_SCHEMA, TraceEncoder, displacement, trace_sample
 from pipeline.theory.trace_formula import read_trace, score_formula
+from tests.helpers import synthetic_trace
 
 BIN = Path(sys.executable).parent
 
@@ -210,20 +211,8 @@ def test_a_broken_trace_part_is_quarantined_and_never_visible(tmp_path):
 
 
 def test_formula_scores_equal_an_independent_numpy_scipy_computation():
-    rng = np.random.default_rng(3)
     items, steps, lr, wd = 40, 9, 0.1, 0.05
-    rows = []
-    norm = rng.uniform(1, 3, items)
-    for step in range(steps):
-        radial = np.zeros(items) if step == 0 else rng.normal(0, 0.05, items)
-        tangential = np.zeros(items) if step == 0 else rng.uniform(0.01, 0.2, items)
-        new = np.sqrt((norm + radial) ** 2 + tangential**2) if step else norm
-        rows.append(pl.DataFrame({"run": "r", "step": step, "item_id": [f"i{i:02d}" for i in range(items)],
-                                  "kind": "noun", "norm": new, "r2_change": new**2 - norm**2, "radial": radial,
-                                  "tangential": tangential, "lr": 0.0 if step == 0 else lr,
-                                  "steps_since": 0 if step == 0 else 1}))
-        norm = new
-    trace = pl.concat(rows)
+    trace = synthetic_trace(items, steps, lr)
     got = score_formula(trace, wd)
     # independent: steps 1..8, first half 1..4 predicts 5..8
     t = trace.filter(pl.col("step") > 0).sort("item_id", "step")

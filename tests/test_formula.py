@@ -17,6 +17,7 @@ from pipeline.theory.baselines import BASELINES, baseline_predictions, bootstrap
 from pipeline.theory.estimators import equilibrium_norm, step_terms
 from pipeline.theory.power_laws import corrected_equilibrium, fit_exponent, fit_heat_power, integrate_corrected
 from pipeline.theory.trace_formula import formula_predictions, integrate_balance
+from tests.helpers import synthetic_trace
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -195,19 +196,8 @@ def test_bootstrap_differences_equal_a_scipy_recomputation_on_the_same_resamples
 
 
 def test_the_trace_formula_scores_every_baseline_and_the_corrected_balance():
-    rng = np.random.default_rng(3)
     items, steps, lr, wd = 12, 13, 0.1, 0.05
-    rows, norm = [], rng.uniform(1, 3, items)
-    for step in range(steps):
-        radial = np.zeros(items) if step == 0 else rng.normal(0, 0.05, items)
-        tangential = np.zeros(items) if step == 0 else rng.uniform(0.01, 0.2, items)
-        new = np.sqrt((norm + radial) ** 2 + tangential**2) if step else norm
-        rows.append(pl.DataFrame({"run": "r", "step": step, "item_id": [f"i{i:02d}" for i in range(items)],
-                                  "kind": "noun", "norm": new, "r2_change": new**2 - norm**2, "radial": radial,
-                                  "tangential": tangential, "lr": 0.0 if step == 0 else lr,
-                                  "steps_since": 0 if step == 0 else 1}))
-        norm = new
-    trace = pl.concat(rows)
+    trace = synthetic_trace(items, steps, lr)
     got, facts = formula_predictions(trace, wd)
     t = trace.filter(pl.col("step") > 0).sort("item_id", "step")
     norm_m = t["norm"].to_numpy().reshape(items, 12).T  # [step, item], steps 1..12; first half 1..6

@@ -79,23 +79,26 @@ def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resa
             starts = range(first, last, chunk)
             rows = [r for part in pool.map(chunk_rows, starts, [min(chunk, last - s) for s in starts]) for r in part]
             if rows:
-                _insert(con, table, rows)
+                insert_replicates(con, table, ("probe_set", "property", "statistic", "b", "value", "method"), rows)
 
 
-def _insert(con: duckdb.DuckDBPyConnection, table: str,
-            rows: list[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]) -> None:
+def insert_replicates(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str, ...],
+                      rows: list[tuple[tuple, np.ndarray, np.ndarray]]) -> None:
+    """Append replicate statistics to ``table``, whose ``columns`` are in table order: ``b`` and ``value`` come from
+    each row's arrays (values, replicate numbers), every other column from its name tuple, in that order."""
     # polars frames, not Arrow tables: DuckDB imports pandas (~0.7 s) to scan the latter, not the former. The
     # names are joined in by number: one string per (sample, statistic), not per replicate
+    named = [c for c in columns if c not in ("b", "value")]
     names = pl.DataFrame([(i, *name) for i, (name, _, _) in enumerate(rows)], orient="row",
-                         schema={"which": pl.Int32, "probe_set": pl.String, "property": pl.String,
-                                 "statistic": pl.String, "method": pl.String})
+                         schema={"which": pl.Int32, **dict.fromkeys(named, pl.String)})
     values = pl.DataFrame({
         "which": np.repeat(np.arange(len(rows), dtype=np.int32), [len(value) for _, value, _ in rows]),
         "b": np.concatenate([b for _, _, b in rows]), "value": np.concatenate([value for _, value, _ in rows])})
+    select = ", ".join(f"v.{c}" if c in ("b", "value") else f"n.{c}" for c in columns)
     con.register("bootstrap_replicate_names", names)
     con.register("bootstrap_replicate_values", values)
     try:
-        con.execute(f"insert into {table} select n.probe_set, n.property, n.statistic, v.b, v.value, n.method "
+        con.execute(f"insert into {table} select {select} "
                     "from bootstrap_replicate_values as v inner join bootstrap_replicate_names as n using (which)")
     finally:
         con.unregister("bootstrap_replicate_names")

@@ -30,6 +30,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from pipeline.analysis.replicates import insert_replicates
 from pipeline.analysis.signal_models import MIN_PER_OUTCOME, fold_of, out_of_fold_scores
 from pipeline.analysis.unit_bootstrap import (
     COVERAGE_TENTHS,
@@ -145,8 +146,8 @@ def stage_retrieval_replicates(con: duckdb.DuckDBPyConnection, seed: int, resamp
         by_name: dict[tuple[str, str, str], list[tuple[int, np.ndarray]]] = {}
         for a, p, s, v, first in parts:
             by_name.setdefault((a, p, s), []).append((first, v))
-        names, values, bs = [], [], []
-        for i, (name, pieces) in enumerate(by_name.items()):
+        kept_rows = []
+        for name, pieces in by_name.items():
             reps = np.concatenate([v for _, v in sorted(pieces, key=lambda x: x[0])])
             analysis, prop, statistic = name
             low, high, kept = interval(reps)
@@ -156,29 +157,9 @@ def stage_retrieval_replicates(con: duckdb.DuckDBPyConnection, seed: int, resamp
                 n = qs.n if not statistic.startswith("auroc_query_norm_minus_top1_margin") else \
                     int(np.isfinite(qs.score["top1_margin"]).sum())
                 signals.append((qs.probe_set, prop, statistic, full[name], low, high, n, kept, POISSON))
-            names.append((i, analysis, qs.probe_set, prop, statistic))
-            values.append(reps)
-            bs.append(np.arange(len(reps), dtype=np.int64))
-        _insert(con, names, values, bs)
+            kept_rows.append(((analysis, qs.probe_set, prop, statistic), reps, np.arange(len(reps), dtype=np.int64)))
+        if kept_rows:
+            insert_replicates(con, REPLICATES, ("analysis", "probe_set", "property", "statistic", "b", "value"),
+                              kept_rows)
     return (pl.DataFrame(intervals, schema=INTERVAL_COLUMNS, orient="row"),
             pl.DataFrame(signals, schema=SIGNAL_COLUMNS, orient="row"))
-
-
-def _insert(con: duckdb.DuckDBPyConnection, names: list[tuple], values: list[np.ndarray],
-            bs: list[np.ndarray]) -> None:
-    if not names:
-        return
-    name_frame = pl.DataFrame(names, orient="row", schema={"which": pl.Int32, "analysis": pl.String,
-                                                           "probe_set": pl.String, "property": pl.String,
-                                                           "statistic": pl.String})
-    value_frame = pl.DataFrame({
-        "which": np.repeat(np.arange(len(names), dtype=np.int32), [len(v) for v in values]),
-        "b": np.concatenate(bs), "value": np.concatenate(values)})
-    con.register("unit_replicate_names", name_frame)
-    con.register("unit_replicate_values", value_frame)
-    try:
-        con.execute(f"insert into {REPLICATES} select n.analysis, n.probe_set, n.property, n.statistic, v.b, "
-                    "v.value from unit_replicate_values as v inner join unit_replicate_names as n using (which)")
-    finally:
-        con.unregister("unit_replicate_names")
-        con.unregister("unit_replicate_values")
