@@ -35,7 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.analysis.claims import CLAIMS, paired_claims
+from pipeline.analysis.claims import CLAIMS, p_text, paired_claims, test_text
 from pipeline.analysis.sql import DEFAULT_PARAMS
 from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
@@ -72,15 +72,31 @@ def _ci(value, low, high, digits: int = 3) -> str:
     return text if low is None else f"{text} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a '|' (as in ρ(norm, x | controls)) would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def _test_name(row: dict) -> str:
-    controls = f" given {row['controls']}" if row["controls"] else ""
-    return f"`{row['property']}`: {row['statistic']}{controls} (claimed {row['direction']} vs {row['null_value']:g})"
+    return _cell(f"{test_text(row)}, claimed {row['direction']} vs {row['null_value']:g}")
 
 
-def _meaning(claim: str, verdicts: dict[str, str]) -> str:
+def _size(rows: pl.DataFrame) -> str:
+    """The largest effect among a model's tests of a claim, in words that say how large it is."""
+    effect = (rows["value"] - rows["null_value"]).abs()
+    top = rows.row(int(effect.arg_max()), named=True)
+    size = abs(top["value"] - top["null_value"])
+    word = "weak" if size < 0.1 else "modest" if size < 0.3 else "strong"
+    return f"the largest effect is {test_text(top)} = {top['value']:+.3f} ({word}: {size:.3f} from its null)"
+
+
+def _meaning(claim: str, verdicts: dict[str, str], part: pl.DataFrame) -> str:
     """One sentence per model saying what its verdict means for a user, and no more."""
     parts = []
     for model, v in verdicts.items():
+        rows = part.filter(pl.col("model") == model)
+        if not rows.height:
+            continue
         if v == "supported":
             parts.append(f"in {model} the norm carries this signal in the claimed direction on the populations "
                          "listed (at least one test beyond chance after Holm, none against)")
@@ -93,7 +109,15 @@ def _meaning(claim: str, verdicts: dict[str, str]) -> str:
         else:
             parts.append(f"in {model} no test is beyond chance after Holm: the norm cannot be read as this signal "
                          "on these data")
+        parts[-1] += f"; {_size(rows)}"
     return "; ".join(parts) + "."
+
+
+def _raw_zipf(con, run_id: str) -> dict | None:
+    rows = con.sql("select value, ci_low, ci_high, n from results where run_id = $r and analysis = 'norm_vs_property' "
+                   "and probe_set = 'wordnet-nouns' and property = 'zipf' and statistic = 'spearman'",
+                   params={"r": run_id}).pl()
+    return rows.row(0, named=True) if rows.height else None
 
 
 def findings(con, runs: dict[str, dict], paired: pl.DataFrame, nulls: pl.DataFrame, walls: dict[str, float],
@@ -137,17 +161,23 @@ def findings(con, runs: dict[str, dict], paired: pl.DataFrame, nulls: pl.DataFra
         for row in part.sort(["probe_set", "property", "statistic", "model"]).iter_rows(named=True):
             lines.append(f"| {row['model']} | {row['population']} | {_test_name(row)} | "
                          f"{_ci(row['value'], row['ci_low'], row['ci_high'])} | {row['n']:,} | "
-                         f"{row['p_holm']:.3g} | {row['evidence']} |")
+                         f"{p_text(row['p_holm'], row['n_resamples'])} | {row['evidence']} |")
         pairs = paired.filter(pl.col("claim") == claim)
         if pairs.height:
             base, other = pairs["base_model"][0], pairs["model"][0]
             lines += ["", f"Paired difference ({other} − {base}, same units and resamples on both sides):", "",
                       f"| test | {base} | {other} | difference [95% CI] | n |", "|---|---|---|---|---|"]
             for row in pairs.sort(["probe_set", "property", "statistic"]).iter_rows(named=True):
-                name = f"{row['probe_set']} `{row['property']}`: {row['statistic']}"
+                name = _cell(f"{row['probe_set']}: {test_text(row)}")
                 lines.append(f"| {name} | {row['base_value']:+.3f} | {row['value']:+.3f} | "
                              f"{_ci(row['difference'], row['ci_low'], row['ci_high'])} | {row['n']:,} |")
-        lines += ["", "What it means for a user: " + _meaning(claim, verdicts), ""]
+        if claim == "frequency":  # the raw relation, which the length control changes (context, not a test)
+            raw = [f"{m}: {_ci(r['value'], r['ci_low'], r['ci_high'])} (n = {r['n']:,})" for m in runs
+                   if (r := _raw_zipf(con, runs[m]["run_id"]))]
+            if raw:
+                lines += ["", "Context, not a test: ρ(norm, zipf) on wordnet-nouns without any control: "
+                          + "; ".join(raw) + "."]
+        lines += ["", "What it means for a user: " + _meaning(claim, verdicts, part), ""]
     controls = sorted({(r["claim"], r["probe_set"], r["controls"] or "none")
                        for r in claims.filter(pl.col("claim") == "human_uncertainty").iter_rows(named=True)})
     if controls:
@@ -187,16 +217,16 @@ def main() -> None:
     runs = {}
     for model in args.models:
         run = con.execute("select run_id, release from runs where model = $m and status in ('completed', 'alerted') "
-                          "order by run_id desc limit 1", {"m": model}).fetchone()
-        claims = con.execute("select * from claims where run_id = $r", {"r": run[0]}).pl()
+                          "order by run_id desc limit 1", {"m": model}).fetchall()[0]
+        claims = con.sql("select * from claims where run_id = $r", params={"r": run[0]}).pl()
         runs[model] = {"run_id": run[0], "release": run[1], "claims": claims}
     t = time.perf_counter()
     paired = paired_claims(con, (args.models[0], runs[args.models[0]]["release"]),
                            (args.models[1], runs[args.models[1]]["release"]), DEFAULT_PARAMS["seed"], args.resamples)
     print(f"paired claims: {time.perf_counter() - t:,.0f} s", flush=True)
-    nulls = con.execute("select analysis, probe_set, property, statistic from results where ci_low is null "
-                        "and analysis <> 'norm_by_bin' and run_id in (select unnest($r)) order by all",
-                        {"r": [r["run_id"] for r in runs.values()]}).pl()
+    nulls = con.sql("select analysis, probe_set, property, statistic from results where ci_low is null "
+                    "and analysis <> 'norm_by_bin' and run_id in (select unnest($r)) order by all",
+                    params={"r": [r["run_id"] for r in runs.values()]}).pl()
     text = findings(con, runs, paired, nulls, walls, command)
     Path(args.out).write_text(text + "\n")
     print(text)

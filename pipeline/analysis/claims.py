@@ -232,7 +232,7 @@ def _retrieval(con: duckdb.DuckDBPyConnection, test: ClaimTest, row: dict) -> Te
 
 def _unit_replicates(con: duckdb.DuckDBPyConnection, test: ClaimTest) -> np.ndarray:
     exists = con.execute("select count(*) from duckdb_tables() where table_name = $t and temporary",
-                         {"t": REPLICATES}).fetchone()[0]
+                         {"t": REPLICATES}).fetchall()[0][0]
     if not exists:
         return np.zeros(0)
     return con.execute(
