@@ -201,9 +201,9 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=DEFAULT_PARAMS["resamples"])
     args = parser.parse_args()
     root = str(Path(args.root).resolve()) if "://" not in args.root else args.root
-    command = "python benchmarks/claims.py" + "".join(
-        f" {flag} {value}" for flag, value, default in (("--root", args.root, "claims-data"),
-                                                        ("--resamples", args.resamples, 1000)) if value != default)
+    # the root is this machine's folder: the page names the flag, not the path
+    command = "python benchmarks/claims.py" + (" --root DIR" if args.root != "claims-data" else "") + (
+        f" --resamples {args.resamples}" if args.resamples != DEFAULT_PARAMS["resamples"] else "")
     walls = {}
     for model in args.models:
         log = Path(root if "://" not in root else ".") / f"claims-{model}.log"
