@@ -48,8 +48,7 @@ CLAIM_TITLES = {
     "specificity": "Specificity: do more specific concepts get longer vectors?",
     "frequency": "Frequency: do frequent words get shorter vectors?",
     "human_uncertainty": "Human uncertainty: do items people disagree on get shorter vectors?",
-    "retrieval_calibration": "Retrieval calibration: does the query's norm say whether it will be answered, "
-                             "beyond top-1 cosine?",
+    "retrieval_calibration": "Retrieval calibration: does the query's norm say whether it will be answered?",
 }
 
 
@@ -139,8 +138,9 @@ def findings(con, runs: dict[str, dict], paired: pl.DataFrame, nulls: pl.DataFra
         "test supports (contradicts) its claim when its Holm-adjusted p within the claim is below 0.05 on the "
         "claimed (other) side of the null; a claim is supported when one test supports it and none contradicts.",
         "",
-        "Audit wall times (CLI, embeddings reused where already stored under the root): "
-        + ", ".join(f"{m} {s:,.0f} s" for m, s in walls.items()) + ".",
+        ("Audit wall times (CLI, embeddings reused where already stored under the root): "
+         + ", ".join(f"{m} {s:,.0f} s" for m, s in walls.items()) + "." if walls else
+         "The audits below were already stored under the root (`--skip-audits`)."),
         "",
         "| model | release | run |",
         "|---|---|---|",
@@ -177,6 +177,11 @@ def findings(con, runs: dict[str, dict], paired: pl.DataFrame, nulls: pl.DataFra
             if raw:
                 lines += ["", "Context, not a test: ρ(norm, zipf) on wordnet-nouns without any control: "
                           + "; ".join(raw) + "."]
+        if claim == "retrieval_calibration":  # the rule for "adds" (docs/analyses.md): the gain's interval above 0
+            gains = part.filter((pl.col("statistic") == "cv_auroc_gain_query_norm") & (pl.col("ci_low") > 0))
+            adds = [f"{m}: {'yes' if m in gains['model'].to_list() else 'no'}" for m in runs]
+            lines += ["", "Does the norm add to top-1 cosine (a cross-validated gain whose interval lies above 0 in "
+                      "some set)? " + "; ".join(adds) + "."]
         lines += ["", "What it means for a user: " + _meaning(claim, verdicts, part), ""]
     controls = sorted({(r["claim"], r["probe_set"], r["controls"] or "none")
                        for r in claims.filter(pl.col("claim") == "human_uncertainty").iter_rows(named=True)})
@@ -199,13 +204,15 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "docs" / "findings.md"))
     parser.add_argument("--models", nargs=2, default=["minilm-l6", "mpnet-base"], metavar=("BASE", "OTHER"))
     parser.add_argument("--resamples", type=int, default=DEFAULT_PARAMS["resamples"])
+    parser.add_argument("--skip-audits", action="store_true",
+                        help="write the page from the latest finished audits already stored under --root")
     args = parser.parse_args()
     root = str(Path(args.root).resolve()) if "://" not in args.root else args.root
     # the root is this machine's folder: the page names the flag, not the path
     command = "python benchmarks/claims.py" + (" --root DIR" if args.root != "claims-data" else "") + (
         f" --resamples {args.resamples}" if args.resamples != DEFAULT_PARAMS["resamples"] else "")
     walls = {}
-    for model in args.models:
+    for model in [] if args.skip_audits else args.models:
         log = Path(root if "://" not in root else ".") / f"claims-{model}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         seconds, code = audit(model, root, log)
