@@ -426,3 +426,15 @@ def test_a_second_ctrl_c_while_python_tears_down_still_exits_130(tmp_path):
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == ["error: interrupted; nothing was recorded yet"], done.stderr
+
+
+def test_a_termination_signal_pydantic_kept_only_by_name_is_an_interrupt():
+    """pydantic-core may turn Prefect's TerminationSignal raised in a serializer into an error without a cause
+    (CI: SIGTERM to the CLI mid-embedding exited 1 with this line): it is still an interrupt; other
+    serialization errors are not."""
+    from pydantic_core import PydanticSerializationError
+
+    from flows.interrupts import is_interrupt
+
+    assert is_interrupt(PydanticSerializationError("Error calling function `_ser_model`: TerminationSignal: "))
+    assert not is_interrupt(PydanticSerializationError("Error calling function `_ser_model`: ValueError: bad"))
