@@ -12,6 +12,9 @@
 --     curve, abstaining on the queries with the lowest signal: statistic 'coverage_0.1' .. 'coverage_1.0'
 --     is the success@1 rate of the ceil(c * n) queries with the highest signal (ties by query_id), n = kept;
 --     and 'mean_selective_accuracy', the mean of those ten points.
+-- Intervals: the means carry their normal-approximation interval here; the AUROC and selective-accuracy rows
+-- leave ci_low/ci_high null in this query only: run_analysis fills every one of them with the query-level
+-- bootstrap of pipeline/analysis/retrieval_intervals.py before anything is stored (no stored row lacks one).
 -- params:  none besides the registered input
 -- columns: probe_set, property, statistic, value, ci_low, ci_high, n
 with
