@@ -45,7 +45,7 @@ def _serialized_termination(exc: BaseException) -> bool:
     """Prefect's TerminationSignal raised inside a pydantic-core serializer but not kept as the error's cause:
     pydantic-core (2.x) then keeps only its name in the message ("Error calling function `_ser_model`:
     TerminationSignal: "), so the type and that name are all there is to recognise it by (CI saw it once)."""
-    from pydantic_core import PydanticSerializationError
+    from pydantic_core import PydanticSerializationError  # imported here: kept out of the CLI's start-up, as Prefect
 
     return any(isinstance(e, PydanticSerializationError) and "TerminationSignal" in str(e) for e in _chain(exc))
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.analysis.bootstrap import Buffers, Order, poisson_weights, replicate_keys
+from pipeline.analysis.replicates import POISSON  # noqa: F401 - re-exported: the method label the audit uses
 
 # replicate x unit cells computed at once (a float64 array of a chunk: 4 MiB)
 CHUNK_CELLS = 1 << 19
 COVERAGE_TENTHS = tuple(range(1, 11))
-POISSON = "poisson bootstrap"
 
 
 def replicate_chunks(seed: int, resamples: int, n_units: int):
