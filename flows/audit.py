@@ -15,7 +15,6 @@ It holds a few hundred bytes per shard and nothing per item.
 from __future__ import annotations
 
 import datetime as dt
-import signal
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
-from flows.interrupts import Interrupted, interrupt_in, interrupt_signal, is_interrupt, shielded
+from flows.interrupts import Interrupted, is_interrupt, shielded, signal_name
 from flows.runners import (
     InFlightWindow,
     api_lost,
@@ -277,7 +276,7 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
         if is_interrupt(exc) and api_lost():  # stopped by the API watch of flows.runners.prefect_api
             run.status, run.message = INTERRUPTED, f"stopped: {api_lost()}"
         elif is_interrupt(exc):
-            run.status, run.message = INTERRUPTED, f"interrupted by {_signal_name(exc)}"
+            run.status, run.message = INTERRUPTED, f"interrupted by {signal_name(exc)}"
         else:
             run.status, run.message = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         raise
@@ -295,14 +294,6 @@ def _audit(model: str, probes: list[str], release: str | None, limit: int | None
         exc.summary = summary  # the audit itself is committed; callers may still show it
         raise exc
     return summary
-
-
-def _signal_name(exc: BaseException) -> str:
-    signum = getattr(interrupt_in(exc) or exc, "signal", None)  # Prefect's TerminationSignal carries it
-    if signum is not None:
-        return signal.Signals(signum).name
-    # the CLI's handler noted the signal; ``exc`` may be a library's error wrapped around the interrupt
-    return interrupt_signal() or (str(exc) if isinstance(exc, KeyboardInterrupt) else "") or "SIGINT (Ctrl-C)"
 
 
 def _record_end(ctx: AuditContext, held: Lease | None, run: RunRecord) -> None:

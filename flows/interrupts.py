@@ -77,6 +77,20 @@ def interrupt_signal() -> str | None:
     return _first_signal[0] if _first_signal else None
 
 
+def signal_name(exc: BaseException) -> str:
+    """The name of the signal behind the interrupt ``exc`` (for which :func:`is_interrupt` is true)."""
+    signum = getattr(interrupt_in(exc) or exc, "signal", None)  # Prefect's TerminationSignal carries it
+    if signum is not None:
+        return signal.Signals(signum).name
+    if _serialized_termination(exc):
+        # Prefect raises TerminationSignal for SIGTERM only; lost inside pydantic-core, it never reached the
+        # handler Prefect restores and re-signals (ours), so interrupt_signal() has not seen it (CI: recorded
+        # as "interrupted by SIGINT")
+        return "SIGTERM"
+    # the CLI's handler noted the signal; ``exc`` may be a library's error wrapped around the interrupt
+    return interrupt_signal() or (str(exc) if isinstance(exc, KeyboardInterrupt) else "") or "SIGINT (Ctrl-C)"
+
+
 # An interrupt raised in the main thread and not yet acted on. Python runs a signal handler between any two
 # bytecodes of the main thread, also inside a weakref callback, a finalizer or a gc callback (importlib and
 # distributed run such callbacks all the time while starting); a KeyboardInterrupt raised there is reported
