@@ -50,6 +50,7 @@ from pipeline.storage.parts import (
     read_orphan,
     write_part,
 )
+from pipeline.storage.plan import items_rows, plan_stored
 from pipeline.storage.runs import find_abandoned, sweep_abandoned
 from pipeline.storage.shards import (
     PartRows,
@@ -59,9 +60,7 @@ from pipeline.storage.shards import (
     default_shard_size,
     pending_shards,
     read_shard,
-    shard_ref,
     split_shards,
-    superseded_parts,
 )
 from pipeline.storage.store import Manifest, Store, open_store
 from pipeline.storage.verify import raise_if_corrupt, verify_manifest
@@ -153,19 +152,30 @@ def _prepare(ctx: AuditContext, spec: str, limit: int | None, replace: bool) -> 
 
 
 def plan_probe_set(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> ProbePlan:
-    """The refs of the shards still to embed (with the parts each supersedes and any orphan to reuse)."""
-    todo, skipped, manifest, committed, later = _plan(ctx, ps, limit)
-    supersedes = superseded_parts(todo, committed, manifest)
-    d = ctx.store.embeddings_dir(ctx.model, ctx.release, ps.name)
-    listed = manifest if manifest is not None else manifest_template(ctx, ps.name)
+    """The refs of the stored set ``ps``'s shards still to embed (with the parts each supersedes and any orphan
+    to reuse), planned in SQL over the stored files (:func:`pipeline.storage.plan.plan_stored`)."""
+    return plan_stored_set(ctx, ps.name, ps.shard_params(), limit)
+
+
+def plan_stored_set(ctx: AuditContext, name: str, set_params: dict, limit: int | None) -> ProbePlan:
+    """:func:`plan_probe_set` of the set stored as ``name``: nothing of it is loaded, whatever its size."""
+    store = ctx.store
+    params = {**embedding_params(ctx.resolved, ctx.settings), **set_params}
+    size = ctx.settings.shard_size or default_shard_size(items_rows(store, name))  # of the whole set
+    manifest = store.read_manifest(ctx.model, ctx.release, name)
+    if manifest is not None:  # trust committed parts only after checking their bytes (sha256)
+        raise_if_corrupt(store, verify_manifest(store, manifest))
+    plan = plan_stored(store, name, ctx.resolved.fingerprint, params, size, limit, manifest)
+    d = store.embeddings_dir(ctx.model, ctx.release, name)
+    listed = manifest if manifest is not None else manifest_template(ctx, name)
     found = {}
-    for file in orphans(ctx.store, listed) if ctx.store.exists(d) else []:
+    for file in orphans(store, listed) if store.exists(d) else []:
         m = PART_NAME.match(file)
         if m is not None and m.group("sha"):
             found[m.group("shard")] = file
-    params = {**embedding_params(ctx.resolved, ctx.settings), **ps.shard_params()}
-    refs = [shard_ref(s, params, supersedes[s.shard_id], found.get(s.shard_id)) for s in todo]
-    return ProbePlan(ps.name, refs, skipped, sum(r.orphan is not None for r in refs), later=later)
+    refs = [ShardRef(name, s.shard_id, s.start, s.size, dict(params), s.supersedes, found.get(s.shard_id))
+            for s in plan.todo]
+    return ProbePlan(name, refs, plan.skipped, sum(r.orphan is not None for r in refs), later=plan.later)
 
 
 def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[list[Shard], int]:
