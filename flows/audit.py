@@ -24,6 +24,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows.interrupts import Interrupted, is_interrupt, shielded, signal_name
+from flows.prepare import prepare_in_blocks
 from flows.runners import (
     InFlightWindow,
     api_lost,
@@ -39,6 +40,7 @@ from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
 from pipeline.audit import steps
 from pipeline.audit.batches import BatchCommitter
 from pipeline.audit.context import AuditContext
+from pipeline.audit.prepare import prepares_in_blocks
 from pipeline.embedding.precision import default_release
 from pipeline.progress import reporter
 from pipeline.quality.suites import warm_gates
@@ -108,7 +110,9 @@ def embed_probes(ctx: AuditContext, held: Lease, probes: list[str], limit: int |
         with dask.annotate(priority=-1):
             token_norms = compute_token_norms.submit(ctx)
         for spec in probes:
-            if workers_can_read(spec, ctx.settings):  # on a worker: the items stay there
+            if workers_can_read(spec, ctx.settings) and prepares_in_blocks(spec, ctx.settings, ctx.store):
+                plan = prepare_in_blocks(ctx, spec, limit, replace)  # a large file: every worker, block by block
+            elif workers_can_read(spec, ctx.settings):  # on a worker: the items stay there
                 plan = prepare_probes.submit(ctx, spec, limit, replace).result()
             else:  # a file of this machine and a remote cluster: loaded here (an s3:// URL keeps it off the flow)
                 plan = prepare_probes(ctx, spec, limit, replace)

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(
         600.0, gt=0, description="seconds a release's lease lives unrenewed; a live audit renews it every quarter "
         "of this, so it lapses only when its run is gone (pipeline/storage/lease.py)")
+    probe_block_rows: int = Field(
+        131072, ge=1, description="rows per block of a large probe file, prepared block by block on the workers "
+        "(pipeline/probes/blocks.py)")
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
     )

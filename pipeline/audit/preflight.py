@@ -133,13 +133,19 @@ def unknown_only_items(ps: ProbeSet, vocab: _Vocabulary) -> list[str]:
 
 
 def _unknown_message(ps: ProbeSet, ids: list[str], n: int, vocab: _Vocabulary, whose: str) -> str:
-    shown = f"item_id {ids[:5]}{' ...' if len(ids) > 5 else ''}"
-    if len(ids) == n:
-        return (f"probe set {ps.name!r}: all {n} texts are nothing but the unknown token {vocab.unk_token} for "
+    return unknown_message(ps.name, ids[:6], len(ids), n, vocab.unk_token, whose)
+
+
+def unknown_message(name: str, first_ids: list[str], count: int, n: int, unk_token: str, whose: str) -> str:
+    """The unknown-token warning (or error, when ``count == n``) for ``count`` of ``n`` audited texts of probe set
+    ``name``; ``first_ids``: the first ids found (five are shown)."""
+    shown = f"item_id {first_ids[:5]}{' ...' if count > 5 else ''}"
+    if count == n:
+        return (f"probe set {name!r}: all {n} texts are nothing but the unknown token {unk_token} for "
                 f"{whose} ({shown}): every item would embed alike, so there is nothing to measure; check the "
                 "file's encoding and language, or audit with a model whose vocabulary covers them")
-    return (f"probe set {ps.name!r}: {len(ids)} of {n} texts are nothing but the unknown token "
-            f"{vocab.unk_token} for {whose} ({shown}): they all embed alike and measure nothing; check the "
+    return (f"probe set {name!r}: {count} of {n} texts are nothing but the unknown token "
+            f"{unk_token} for {whose} ({shown}): they all embed alike and measure nothing; check the "
             "file's encoding and language, or drop those items")
 
 
@@ -252,6 +258,13 @@ def unknown_token_warning(settings, resolved: ResolvedModel, ps: ProbeSet, spec:
     if len(ids) == audited.items.height:
         raise ProbeInputError(message)
     return message
+
+
+def unknown_in_block(resolved: ResolvedModel, ps: ProbeSet) -> tuple[list[str], str] | None:
+    """For a block of a probe file prepared in blocks: the ids of its unknown-only items and the unknown token
+    (``None`` when the model's vocabulary spells every text); :func:`unknown_message` words the sum."""
+    vocab = _vocabulary(resolved.path)
+    return None if vocab is None else (unknown_only_items(ps, vocab), vocab.unk_token)
 
 
 def _shipped(spec: str) -> bool:

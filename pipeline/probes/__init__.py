@@ -28,9 +28,7 @@ def load_probe_set(spec: str, storage_options: dict | None = None, store: Store 
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.lower().endswith(FILE_SUFFIXES):
-        stem = posixpath.splitext(posixpath.basename(spec))[0]
-        name = re.sub(r"[^A-Za-z0-9._+@-]", "-", stem).strip("-.") or "probes"
-        return read_probe_file(spec, name, storage_options)
+        return read_probe_file(spec, file_set_name(spec), storage_options)
     templated = split_template(spec)
     if templated is not None:
         return apply_template(load_probe_set(templated[0], storage_options, store), templated[1])
@@ -47,6 +45,12 @@ def load_probe_set(spec: str, storage_options: dict | None = None, store: Store 
         f"stored: `normaudit probes list`; templates: NAME@{{{','.join(TEMPLATES)}}}; or pass a "
         ".csv/.jsonl/.parquet file with columns item_id and text."
     )
+
+
+def file_set_name(spec: str) -> str:
+    """The name of the probe set a probe file brings: its file name's stem, made a valid name."""
+    stem = posixpath.splitext(posixpath.basename(spec))[0]
+    return re.sub(r"[^A-Za-z0-9._+@-]", "-", stem).strip("-.") or "probes"
 
 
 def _is_name(spec: str) -> bool:
@@ -67,4 +71,5 @@ def brings_file(spec: str) -> bool:
     return (templated[0] if templated else spec).lower().endswith(FILE_SUFFIXES)
 
 
-__all__ = ["BUILTIN", "ProbeInputError", "ProbeSet", "brings_file", "load_probe_set", "write_probe_tables"]
+__all__ = ["BUILTIN", "ProbeInputError", "ProbeSet", "brings_file", "file_set_name", "load_probe_set",
+           "write_probe_tables"]

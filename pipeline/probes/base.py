@@ -65,6 +65,8 @@ class ProbeSet:
     template: str | None = None
     # what a reader chose for the user (an inferred kind, ...): the CLI prints these; not part of the data
     notes: list[str] = field(default_factory=list, compare=False)
+    # rows of the file before these items: a block of a file read in blocks reports the file's row numbers
+    first_row: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         check_name(self.name, what="probe set name")
@@ -95,9 +97,9 @@ class ProbeSet:
         return {"template": self.template} if self.template else {}
 
 
-def _rows(mask: pl.Series, limit: int = 5) -> str:
+def _rows(mask: pl.Series, limit: int = 5, first_row: int = 0) -> str:
     # 1-based data-row numbers, the way a person counts rows in a file without its header
-    idx = [i + 1 for i in mask.arg_true().to_list()[:limit]]
+    idx = [first_row + i + 1 for i in mask.arg_true().to_list()[:limit]]
     more = "" if mask.sum() <= limit else f" (and {mask.sum() - limit} more)"
     return ", ".join(map(str, idx)) + more
 
@@ -106,34 +108,38 @@ def validate_probe_set(ps: ProbeSet) -> None:
     """Raise :class:`ProbeInputError` unless every item is usable; nothing is written before this passes."""
     where = ps.origin or ps.name
     items = ps.items
+    at = ps.first_row  # the rows of the file before these items (a block of a file read in blocks)
     if items.height == 0:
         raise ProbeInputError(f"{where}: probe set {ps.name!r} has no items; give at least one row.")
     null_id = items["item_id"].is_null() | (items["item_id"].str.strip_chars() == "")
     if null_id.any():
-        raise ProbeInputError(f"{where}: empty item_id in row {_rows(null_id)}; every item needs an id.")
+        raise ProbeInputError(
+            f"{where}: empty item_id in row {_rows(null_id, first_row=at)}; every item needs an id.")
     dup = items["item_id"].is_duplicated()
     if dup.any():
         first = items.filter(dup)["item_id"].unique(maintain_order=True).head(3).to_list()
         raise ProbeInputError(
-            f"{where}: duplicate item_id {first} in rows {_rows(dup)}; ids must be unique within a probe set."
+            f"{where}: duplicate item_id {first} in rows {_rows(dup, first_row=at)}; "
+            "ids must be unique within a probe set."
         )
     empty = items["text"].is_null() | (items["text"].str.strip_chars() == "")
     if empty.any():
         raise ProbeInputError(
-            f"{where}: empty text in row {_rows(empty)} (item_id "
+            f"{where}: empty text in row {_rows(empty, first_row=at)} (item_id "
             f"{items.filter(empty)['item_id'].head(3).to_list()}); remove the row or give it text."
         )
     long = items["text"].str.len_chars() > MAX_TEXT_CHARS
     if long.any():
         first = items.filter(long).row(0, named=True)
         raise ProbeInputError(
-            f"{where}: column 'text' in row {_rows(long)} (item_id {items.filter(long)['item_id'].head(3).to_list()}) "
+            f"{where}: column 'text' in row {_rows(long, first_row=at)} "
+            f"(item_id {items.filter(long)['item_id'].head(3).to_list()}) "
             f"holds {len(first['text']):,} characters, over the limit of {MAX_TEXT_CHARS:,}; shorten or split it."
         )
     bad_kind = ~items["kind"].is_in(list(KINDS))
     if bad_kind.any():
         raise ProbeInputError(
-            f"{where}: unknown kind in row {_rows(bad_kind)}; use one of {sorted(KINDS)}."
+            f"{where}: unknown kind in row {_rows(bad_kind, first_row=at)}; use one of {sorted(KINDS)}."
         )
     props = ps.properties
     if props.height:

@@ -39,17 +39,22 @@ def read_bytes(url: str, storage_options: dict | None = None) -> bytes:
 
 def read_text(url: str, storage_options: dict | None = None) -> str:
     """``url`` decoded as UTF-8 (a BOM is dropped); invalid bytes are reported by line."""
-    data = read_bytes(url, storage_options)
+    return decode_utf8(read_bytes(url, storage_options), url)
+
+
+def decode_utf8(data: bytes, url: str, first_line: int = 1, first_byte: int = 0) -> str:
+    """``data`` decoded as UTF-8 (a BOM is dropped); ``data`` starts at line ``first_line``, byte ``first_byte``
+    of the file ``url`` (a block of it), which an invalid byte is reported by."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
+        line = first_line + data[: exc.start].count(b"\n")
         raise ProbeInputError(
-            f"{url}: invalid UTF-8 at line {line} (byte {exc.start}); re-save the file as UTF-8."
+            f"{url}: invalid UTF-8 at line {line} (byte {first_byte + exc.start}); re-save the file as UTF-8."
         ) from exc
 
 
-def _allow_fields_up_to(n: int) -> None:
+def allow_fields_up_to(n: int) -> None:
     # csv refuses fields over 131,072 characters with a bare "field larger than field limit"; no field can
     # be longer than the text it is read from, so lifting the limit to that length lets the length check
     # in Columns name the line and column instead. The limit is process-wide: it is only ever raised.
@@ -57,30 +62,31 @@ def _allow_fields_up_to(n: int) -> None:
         csv.field_size_limit(n)
 
 
-def csv_records(text: str, url: str, delimiter: str = ",") -> list[tuple[int, dict]]:
-    """``(line number, row)`` of each data row of a CSV/TSV text with a header line."""
-    _allow_fields_up_to(len(text) + 1)
+def csv_records(text: str, url: str, delimiter: str = ",", line_offset: int = 0) -> list[tuple[int, dict]]:
+    """``(line number, row)`` of each data row of a CSV/TSV text with a header line (``line_offset`` is added
+    to every line number: the text is the header and a block of the file's rows)."""
+    allow_fields_up_to(len(text) + 1)
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows = []
     line = 1
     try:
         if reader.fieldnames is None:  # reading the header now makes line_num count from it
             return rows
-        line = reader.line_num + 1
+        line = reader.line_num + 1 + line_offset
         for row in reader:
             if None in row:
-                raise ProbeInputError(f"{url}: line {reader.line_num} has more fields than the header.")
+                raise ProbeInputError(f"{url}: line {reader.line_num + line_offset} has more fields than the header.")
             rows.append((line, row))
-            line = reader.line_num + 1
+            line = reader.line_num + 1 + line_offset
     except csv.Error as exc:
         raise ProbeInputError(f"{url}: line {line} is not valid CSV ({exc}); fix the quoting on that line.") from exc
     return rows
 
 
-def jsonl_records(text: str, url: str) -> list[tuple[int, dict]]:
-    """``(line number, object)`` of each non-blank line of a JSON-lines text."""
+def jsonl_records(text: str, url: str, first_line: int = 1) -> list[tuple[int, dict]]:
+    """``(line number, object)`` of each non-blank line of a JSON-lines text (which starts at ``first_line``)."""
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=first_line):
         if not line.strip():
             continue
         try:
@@ -98,11 +104,13 @@ def jsonl_records(text: str, url: str) -> list[tuple[int, dict]]:
 class Columns:
     """The columns of a probe file as Python lists, with where each row came from for error messages."""
 
-    def __init__(self, url: str, names: list[str], values: dict[str, list], lines: list[int] | None):
+    def __init__(self, url: str, names: list[str], values: dict[str, list], lines: list[int] | None,
+                 first_row: int = 0):
         self.url, self.names, self.values, self.lines = url, names, values, lines
+        self.first_row = first_row  # rows of the file before these (a block of a file read in blocks)
 
     def where(self, i: int) -> str:
-        return f"line {self.lines[i]}" if self.lines is not None else f"row {i + 1}"
+        return f"line {self.lines[i]}" if self.lines is not None else f"row {self.first_row + i + 1}"
 
     def require(self, col: str, role: str = "") -> list:
         if col not in self.values:
@@ -177,11 +185,16 @@ def read_columns(url: str, storage_options: dict | None = None) -> Columns:
     )
     if not records:
         raise ProbeInputError(f"{url}: no rows.")
+    return columns_of(url, records)
+
+
+def columns_of(url: str, records: list[tuple[int, dict]], first_row: int = 0) -> Columns:
+    """:class:`Columns` of ``(line number, row)`` records of ``url`` (every key seen is a column)."""
     names: list[str] = []
     for _, r in records:
         names.extend(k for k in r if k not in names)
     values = {c: [r.get(c) for _, r in records] for c in names}
-    return Columns(url, names, values, [n for n, _ in records])
+    return Columns(url, names, values, [n for n, _ in records], first_row)
 
 
 def _constant_or(cols: Columns, col: str, default: str) -> list[str]:
@@ -239,7 +252,16 @@ def read_probe_file(
     Raises:
         ProbeInputError: naming the file and the column, line or row at fault.
     """
-    cols = read_columns(url, storage_options)
+    return probe_set_of(read_columns(url, storage_options), name, id_col=id_col, text_col=text_col,
+                        properties=properties, kind=kind, lang=lang)
+
+
+def probe_set_of(cols: Columns, name: str, *, id_col: str = "item_id", text_col: str = "text",
+                 properties: dict[str, str] | None = None, kind: str | None = None, lang: str | None = None
+                 ) -> ProbeSet:
+    """The validated :class:`ProbeSet` of a probe file's columns (see :func:`read_probe_file`); the columns of a
+    block of the file give the block's items, with the file's row numbers in its errors."""
+    url = cols.url
     role = {id_col: "--id", text_col: "--text"}
     ids = cols.strings(id_col, role[id_col] if id_col != "item_id" else "item id", integers=True)
     texts = cols.strings(text_col, role[text_col] if text_col != "text" else "text")
@@ -261,7 +283,7 @@ def read_probe_file(
         for prop, col in properties.items()
     ]
     kwargs = {"properties": pl.concat(frames)} if frames else {}
-    ps = with_zipf(ProbeSet(name=name, items=items, origin=url, **kwargs))
+    ps = with_zipf(ProbeSet(name=name, items=items, origin=url, first_row=cols.first_row, **kwargs))
     if note:
         ps.notes.append(note)
     return ps

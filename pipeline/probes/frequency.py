@@ -72,7 +72,7 @@ def with_zipf(ps: ProbeSet) -> ProbeSet:
         return ps
     props = pl.concat([ps.properties, zipf_properties(missing)])
     return ProbeSet(name=ps.name, items=ps.items, properties=props, relations=ps.relations,
-                    origin=ps.origin, template=ps.template)
+                    origin=ps.origin, template=ps.template, first_row=ps.first_row)
 
 
 def whole_word(token: str, scheme: str) -> str | None:

@@ -155,15 +155,12 @@ def _same(a: ProbeSet, b: ProbeSet) -> bool:
     return all(getattr(a, t).equals(getattr(b, t)) for t in TABLES)
 
 
-def _differences(old: ProbeSet, new: ProbeSet) -> str:
-    """E.g. ``2 texts changed, 1 item added`` (or ``other properties or relations``)."""
+def _differences(old: ProbeSet, new: ProbeSet) -> tuple[int, int, int]:
+    """Texts changed, items added and items removed from ``old`` to ``new``."""
     a, b = old.items.select("item_id", "text"), new.items.select("item_id", "text")
     both = a.join(b, on="item_id", suffix="_new")
-    parts = [(both.filter(both["text"] != both["text_new"]).height, "text{} changed"),
-             (b.join(a, on="item_id", how="anti").height, "item{} added"),
-             (a.join(b, on="item_id", how="anti").height, "item{} removed")]
-    said = [f"{n} {what.format('' if n == 1 else 's')}" for n, what in parts if n]
-    return ", ".join(said) or "other properties, relations, kinds or order"
+    return (both.filter(both["text"] != both["text_new"]).height, b.join(a, on="item_id", how="anti").height,
+            a.join(b, on="item_id", how="anti").height)
 
 
 def refuse_silent_replace(store: Store, ps: ProbeSet, source: str, replace: bool, command: str = "audit") -> None:
@@ -177,14 +174,26 @@ def refuse_silent_replace(store: Store, ps: ProbeSet, source: str, replace: bool
         return
     templated = split_template(source) if command == "audit" else None  # FILE@template
     file, base = (templated[0], ps.name.rpartition("@")[0]) if templated else (source, ps.name)
+    raise replace_refusal(ps.name, old.origin, source, *_differences(old, ps), command, file, base)
+
+
+def replace_refusal(name: str, stored_at: str, source: str, texts: int, added: int, removed: int,
+                    command: str = "audit", file: str | None = None, base: str | None = None) -> ProbeInputError:
+    """The error refusing to store ``source`` over the different stored set ``name`` (``texts`` changed, ``added``
+    and ``removed`` items; all zero: other properties, relations, kinds or order); ``file``/``base``: the file and
+    the set's name without its template, when ``source`` is ``FILE@template``."""
+    file, base = file or source, base or name
     how = (f"rerun `normaudit audit ... --probes {source} --replace`, or store it by name with "
-           f"`normaudit probes add {base} --from {file} --replace` and audit `--probes {ps.name}`"
-           if command == "audit" else f"rerun `normaudit probes add {ps.name} --from {source} --replace`")
-    raise ProbeInputError(
-        f"probe set {ps.name!r} is already stored at {old.origin} with other data than {source} "
-        f"({_differences(old, ps)}); nothing was written. To replace it, {how}: the next audit of each "
-        f"release then re-embeds the changed texts, and until then their old vectors are hidden from the "
-        f"views. To keep both, give the file another name (a probe file's set is named after its file name)."
+           f"`normaudit probes add {base} --from {file} --replace` and audit `--probes {name}`"
+           if command == "audit" else f"rerun `normaudit probes add {name} --from {source} --replace`")
+    parts = [(texts, "text{} changed"), (added, "item{} added"), (removed, "item{} removed")]
+    said = ", ".join(f"{n} {what.format('' if n == 1 else 's')}" for n, what in parts if n)
+    return ProbeInputError(
+        f"probe set {name!r} is already stored at {stored_at} with other data than {source} "
+        f"({said or 'other properties, relations, kinds or order'}); nothing was written. To replace it, {how}: "
+        "the next audit of each release then re-embeds the changed texts, and until then their old vectors are "
+        "hidden from the views. To keep both, give the file another name (a probe file's set is named after its "
+        "file name)."
     )
 
 

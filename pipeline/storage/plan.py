@@ -60,7 +60,7 @@ def _connection(store: Store):
 
     con = connect(sandbox=store)
     try:
-        con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+        con.execute(f"set memory_limit = '{MEMORY_LIMIT}'").fetchall()
         if not store.is_local:
             con.register_filesystem(store.query_fs)
         yield con
@@ -71,15 +71,15 @@ def _connection(store: Store):
 def _committed_view(con, store: Store, manifest: Manifest | None) -> None:
     """``committed(item_id, text_sha256, owner)``: every row of the partition's committed parts, by shard id."""
     if manifest is None or not manifest.parts:
-        con.execute("create temp table committed (item_id varchar, text_sha256 varchar, owner varchar)")
+        con.execute("create temp table committed (item_id varchar, text_sha256 varchar, owner varchar)").fetchall()
         return
     d = store.embeddings_dir(manifest.model, manifest.release, manifest.probe_set)
     owners = pa.table({"file": [store.url(f"{d}/{p.file}") for p in manifest.parts],
                        "owner": [p.shard_id for p in manifest.parts]})
     con.register("part_owners", owners)
     files = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in owners["file"].to_pylist()) + "]"
-    names = {r[0] for r in con.execute(f"describe select * from read_parquet({files}, union_by_name = true)")
-             .fetchall()}
+    described = con.execute(f"describe select * from read_parquet({files}, union_by_name = true)").fetchall()
+    names = {r[0] for r in described}
     # a part written before rows carried the hash has none: its rows then match no item (never done)
     sha = "text_sha256" if "text_sha256" in names else "null::varchar"
     con.execute(f"""
@@ -93,7 +93,7 @@ def _committed_view(con, store: Store, manifest: Manifest | None) -> None:
             from rows join part_owners on rows.filename = part_owners.file
         )
         select * from final
-    """)
+    """).fetchall()
 
 
 def plan_stored(store: Store, probe_set: str, fingerprint: str, params: dict, size: int, limit: int | None,
@@ -111,7 +111,7 @@ def plan_stored(store: Store, probe_set: str, fingerprint: str, params: dict, si
         con.execute(f"""
             create temp table items as
             select file_row_number as row, item_id, text_sha256 from read_parquet('{items}', file_row_number = true)
-        """)
+        """).fetchall()
         pending = sorted(r[0] for r in con.execute("""
             with missing as (
                 select items.row
@@ -130,7 +130,7 @@ def plan_stored(store: Store, probe_set: str, fingerprint: str, params: dict, si
             stop = min(n, (last + 1) * size)
             beyond = con.execute("""
                 select count(*) from items join committed using (item_id) where items.row >= $cut and items.row < $stop
-            """, {"cut": cut, "stop": stop}).fetchone()[0]
+            """, {"cut": cut, "stop": stop}).fetchall()[0][0]
             if beyond:
                 ranges[last] = (last * size, stop - last * size)
         overlaps = _overlaps(con, ranges, size)

@@ -255,6 +255,18 @@ class Store:
         else:
             self.retry(lambda: self.fs.pipe_file(dest, data), f"write {rel}")  # one PUT: atomic on S3
 
+    def put_file(self, local: str, rel: str) -> None:
+        """Upload the local file ``local`` to ``rel`` so that readers see the old content or the new one: a rename
+        on a local root, one (multipart) upload on S3, which the object only appears at the end of."""
+        dest = self.path(rel)
+        if self.is_local:
+            self.fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+            tmp = posixpath.join(posixpath.dirname(dest), f".tmp-{uuid.uuid4().hex}")
+            self.fs.put_file(local, tmp)
+            self.fs.mv(tmp, dest)
+        else:
+            self.retry(lambda: self.fs.put_file(local, dest), f"write {rel}")
+
     def move(self, src_rel: str, dest_rel: str) -> None:
         src, dest = self.path(src_rel), self.path(dest_rel)
         if self.is_local:
