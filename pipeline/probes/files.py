@@ -12,6 +12,7 @@ the whole file is valid. The readers here (:func:`read_text`, :func:`csv_records
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -48,9 +49,11 @@ def decode_utf8(data: bytes, url: str, first_line: int = 1, first_byte: int = 0)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = first_line + data[: exc.start].count(b"\n")
+        # utf-8-sig counts from after a BOM: the byte and line are the file's, BOM included
+        start = exc.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line = first_line + data[:start].count(b"\n")
         raise ProbeInputError(
-            f"{url}: invalid UTF-8 at line {line} (byte {first_byte + exc.start}); re-save the file as UTF-8."
+            f"{url}: invalid UTF-8 at line {line} (byte {first_byte + start}); re-save the file as UTF-8."
         ) from exc
 
 
