@@ -337,9 +337,19 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
         print("  " + line)
     print(f"lowest available memory during the audit: {watch.min_seen / GIB:.1f} GiB")
     res["procs"] = {}  # label -> CPU-seconds of each process with that label
-    for pid, (label, _) in sorted(sampler.peak.items()):
+    res["peaks"] = {}  # label -> the largest peak RSS of a process with that label
+    for pid, (label, rss) in sorted(sampler.peak.items()):
         res["procs"].setdefault(label, []).append(sampler.cpu.get(pid, 0.0))
+        res["peaks"][label] = max(res["peaks"].get(label, 0), rss)
+    prep = timings.get(PREPARATION) or timings.get("prepare_probes")  # the latter: code before the blocks
+    res["prep_s"] = prep[1] if prep else None
+    if prep and not watch.stopped:
+        print(f"probe preparation: {prep[1]:.1f} s of wall time ({prep[1] / wall:.1%} of the audit), "
+              f"{prep[0]} task runs on {args.workers} workers")
     return res
+
+
+PREPARATION = "probe preparation wall"  # a line of --timings: first preparation task's start to the last one's end
 
 
 def summary(results: list[dict]) -> None:
@@ -359,6 +369,17 @@ def summary(results: list[dict]) -> None:
               f"{r['cli_peak'] / GIB:.2f} GiB | {r['cli_cpu']:.1f} / {workers} / {api} | {end} | "
               f"{r['analyses']:.1f} |")
     done = [r for r in results if r["rc"] == 0 and not r["stopped"]]
+    labels = list(dict.fromkeys(label for r in results for label in r["peaks"]))
+    print("\npeak RSS of every process of the audit (the largest of the processes of each kind):")
+    print("| process | " + " | ".join(f"{r['n']:,}" for r in results) + " | largest / smallest size |")
+    print("|---|" + "---|" * len(results) + "---|")
+    for label in labels:
+        peaks = [r["peaks"].get(label) for r in results]
+        ratio = f"{peaks[-1] / peaks[0]:.2f}" if peaks[0] and peaks[-1] else "—"
+        print(f"| {label} | " + " | ".join(f"{p / GIB:.2f} GiB" if p else "—" for p in peaks) + f" | {ratio} |")
+    for r in results:
+        share = f"{r['prep_s']:.1f} s, {r['prep_s'] / r['wall']:.1%} of the audit" if r["prep_s"] else "—"
+        print(f"probe preparation at {r['n']:,}: {share}")
     if len(done) >= 2:
         small, big = done[0], done[-1]
         millions = (big["n"] - small["n"]) / 1e6

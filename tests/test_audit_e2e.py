@@ -161,6 +161,9 @@ def test_cli_timings_come_from_prefects_records_of_the_run(tmp_path, tiny_model_
     for step in ("flow audit_release", "embed_probes", "prepare_probes", "embed_shard", "run_analyses",
                  "render_report"):  # commit_batch is one manifest write: it may round to 0.0 s
         assert rows[step][1] > 0, (step, out.stdout)
+    # the preparation's wall span: one task here (prepare_probes), so its own running time or a little more
+    span = re.search(r"probe preparation wall\s+[│|]\s+1 [│|]\s+([\d.]+) [│|]", out.stdout)
+    assert span and float(span[1]) >= rows["prepare_probes"][1] - 0.01, out.stdout
     # the run record keeps the per-task seconds (the temporary API that held them is gone)
     recorded = open_catalog(open_store(load_settings(root=root))).execute("select timings from runs").fetchall()
     seconds = json.loads(recorded[0][0])
