@@ -31,6 +31,7 @@ from pipeline.probes.frequency import ZIPF
 from pipeline.probes.stored import ITEM_ROW_GROUP, replace_refusal
 from pipeline.quality.datadocs import save_validation, validation_key
 from pipeline.quality.suites import DataValidationError, validate_probe_tables
+from pipeline.storage.plan import MEMORY_LIMIT
 from pipeline.storage.runs import run_status
 from pipeline.storage.store import Store
 
@@ -142,7 +143,8 @@ def _duckdb(store: Store):
     con = connect()
     spill = tempfile.mkdtemp(prefix="normaudit-prepare-")
     try:
-        con.execute("set memory_limit = '1GB'").fetchall()
+        con.execute(f"set memory_limit = '{MEMORY_LIMIT}'").fetchall()
+        con.execute("set preserve_insertion_order = true").fetchall()
         con.execute(f"set temp_directory = '{spill}'").fetchall()
         if not store.is_local:
             con.register_filesystem(store.query_fs)
@@ -278,7 +280,9 @@ def _write_tables(con, store: Store, name: str) -> None:
     d = store.probes_dir(name)
     with tempfile.TemporaryDirectory(prefix="normaudit-prepare-") as tmp:
         for table, query, groups in (
-            ("items", "select probe_set, item_id, text, kind, lang, source, text_sha256 from new_items order by row",
+            # the blocks' files in order, each in its row order: DuckDB keeps that order (preserve_insertion_order,
+            # on by default) without a sort of every row
+            ("items", "select probe_set, item_id, text, kind, lang, source, text_sha256 from new_items",
              ITEM_ROW_GROUP),
             ("properties", "select probe_set, item_id, property, value from new_props order by k, row", None),
         ):

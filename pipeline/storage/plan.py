@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pipeline.storage.shards import shard_id
 from pipeline.storage.store import Manifest, Store
 
-MEMORY_LIMIT = "1GB"  # DuckDB spills to its temp directory past this
+MEMORY_LIMIT = "512MB"  # DuckDB spills to its temp directory past this: a worker's memory stays flat at any size
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def plan_stored(store: Store, probe_set: str, fingerprint: str, params: dict, si
     with _connection(store) as con:
         _committed_view(con, store, manifest)
         con.execute(f"""
-            create temp table items as
+            create temp view items as
             select file_row_number as row, item_id, text_sha256 from read_parquet('{items}', file_row_number = true)
         """).fetchall()
         pending = sorted(r[0] for r in con.execute("""
