@@ -22,13 +22,15 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.audit.context import AuditContext
-from pipeline.audit.preflight import unknown_in_block, unknown_message
+from pipeline.audit.preflight import checked_on_worker, unknown_in_block, unknown_message
+from pipeline.probes import brings_file
 from pipeline.probes.base import KINDS, RELATION_SCHEMA, ProbeInputError, infer_kind, text_sha256
 from pipeline.probes.blocks import BlockSource, read_block
 from pipeline.probes.blocks import split_probe_file as split_file
 from pipeline.probes.files import probe_set_of
 from pipeline.probes.frequency import ZIPF
 from pipeline.probes.stored import ITEM_ROW_GROUP, replace_refusal
+from pipeline.probes.templates import split_template
 from pipeline.quality.datadocs import save_validation, validation_key
 from pipeline.quality.suites import DataValidationError, validate_probe_tables
 from pipeline.storage.plan import MEMORY_LIMIT
@@ -64,10 +66,6 @@ class Assembled:
 def prepares_in_blocks(spec: str, settings, store: Store) -> bool:
     """Whether ``spec`` is a probe file prepared in blocks: a bare CSV/TSV/JSONL/Parquet file over the pre-flight's
     size (a template of a file, or a stored set, is prepared whole: :func:`pipeline.audit.steps.prepare_probes`)."""
-    from pipeline.audit.preflight import checked_on_worker
-    from pipeline.probes import brings_file
-    from pipeline.probes.templates import split_template
-
     return brings_file(spec) and split_template(spec) is None and checked_on_worker(spec, settings, store) is not None
 
 
