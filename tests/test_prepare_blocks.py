@@ -222,3 +222,23 @@ def test_a_changed_file_is_refused_as_a_whole_file_is_and_the_same_one_is_left_a
     assert "--replace" in message and pl.read_parquet(items).equals(before)
     prepare_whole_file(ctx, second, "set", replace=True)
     assert read_stored(ctx.store, "set").items.equals(load_probe_set(second).items)
+
+
+def test_unknown_token_texts_in_later_blocks_are_said_as_for_the_whole_file(tmp_path, tiny_model_dir, monkeypatch):
+    from pipeline.audit import preflight
+
+    monkeypatch.setattr(preflight, "PREFLIGHT_MAX_BYTES", 10)  # the whole-file check runs on "large" files only
+    recs = rows()
+    for k in (5, 700, 1100):
+        recs[k]["text"] = "🙂🙂 ⲁⲃⲅ"
+    spec = write_csv(tmp_path / "emoji.csv", recs)
+    ctx = context(tmp_path, tiny_model_dir)
+    for limit in (None, 800):
+        _, assembled = prepare_whole_file(ctx, spec, "emoji", limit)
+        expected = preflight.unknown_token_warning(ctx.settings, ctx.resolved, load_probe_set(spec), spec, limit)
+        assert expected and assembled.warnings[-1] == expected
+    assert "2 of 800 texts" in expected
+    unknown = write_csv(tmp_path / "unknown.csv", [{"item_id": f"u{i}", "text": "🙂"} for i in range(300)])
+    with pytest.raises(ProbeInputError, match="all 300 texts"):
+        prepare_whole_file(ctx, unknown, "unknown")
+    assert not ctx.store.exists("probes/probe_set=unknown")

@@ -185,9 +185,9 @@ def assemble_probe_set(ctx: AuditContext, url: str, name: str, blocks: list[Prep
             final as (select '{_sql(name)}' as probe_set, item_id, property, value, computed, k, row from kept)
             select * from final
         """).fetchall()
+        out.warnings.extend(_unknown_warning(ctx, name, blocks, limit))  # every text unknown: raises, stores nothing
         if not _unchanged(con, store, name, url, replace):
             _write_tables(con, store, name)
-    out.warnings.extend(_unknown_warning(ctx, name, blocks, limit))
     drop_staging(ctx, name)
     return out
 
