@@ -95,6 +95,11 @@ def test_local_cluster_starts_once_and_not_at_all_with_an_address():
     try:
         assert local_cluster_kwargs(settings)["preload"] == ["flows.local_worker", "pipeline.embedding.warmup"]
         cluster.wait_for_workers(1, timeout=120)  # workers join after the scheduler is up
+        # a worker registers with the scheduler before its nanny's start returns, and only then does the cluster
+        # list the nanny in ``workers`` (CI once read it empty right after wait_for_workers)
+        deadline = time.monotonic() + 60
+        while not cluster.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
         # a lost worker that never comes back fails its tasks after two minutes instead of a wait forever
         assert cluster.scheduler.no_workers_timeout == 120
         # the slower clocks reach the scheduler and the nannies, which live in this process and are built after
