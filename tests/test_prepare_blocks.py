@@ -242,3 +242,27 @@ def test_unknown_token_texts_in_later_blocks_are_said_as_for_the_whole_file(tmp_
     with pytest.raises(ProbeInputError, match="all 300 texts"):
         prepare_whole_file(ctx, unknown, "unknown")
     assert not ctx.store.exists("probes/probe_set=unknown")
+
+
+def test_an_s3_file_on_an_s3_root_is_prepared_in_blocks_as_a_local_one(tmp_path, tiny_model_dir, files, s3_env):
+    """The blocks, the staged parts, DuckDB's reads of them and the stored tables all go through the root's s3fs
+    (a real S3 server on loopback)."""
+    import fsspec
+
+    from pipeline.settings import load_settings
+
+    settings = load_settings(root=s3_env, probe_block_rows=BLOCK, shard_size=128)
+    ctx = AuditContext(settings, "tiny", "r", "run-1", steps.resolve(str(tiny_model_dir)))
+    fs = fsspec.filesystem("s3", **settings.storage_options())
+    for fmt in ("csv", "parquet"):
+        url = f"{s3_env}/in/set-{fmt}.{fmt}"
+        fs.put_file(files[fmt], url)
+        _, assembled = prepare_whole_file(ctx, url, f"set-{fmt}")
+        stored = read_stored(ctx.store, f"set-{fmt}")
+        whole = load_probe_set(files[fmt])
+        assert stored.items.drop("source").equals(whole.items.drop("source"))  # the source names the URL read
+        assert stored.properties.equals(whole.properties)
+        assert set(stored.items["source"]) == {url}
+        plan = steps.plan_stored_set(ctx, f"set-{fmt}", {}, None)
+        assert [r.start for r in plan.refs] == list(range(0, N, 128)) and plan.skipped == 0
+    assert ctx.store.glob("prepare/*") == []
