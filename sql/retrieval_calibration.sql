@@ -12,11 +12,12 @@
 --     curve, abstaining on the queries with the lowest signal: statistic 'coverage_0.1' .. 'coverage_1.0'
 --     is the success@1 rate of the ceil(c * n) queries with the highest signal (ties by query_id), n = kept;
 --     and 'mean_selective_accuracy', the mean of those ten points.
--- Intervals: the means carry their normal-approximation interval here; the AUROC and selective-accuracy rows
--- leave ci_low/ci_high null in this query only: run_analysis fills every one of them with the query-level
--- bootstrap of pipeline/analysis/retrieval_intervals.py before anything is stored (no stored row lacks one).
--- params:  none besides the registered input
--- columns: probe_set, property, statistic, value, ci_low, ci_high, n
+-- Intervals: the means carry their normal-approximation interval; the AUROC and selective-accuracy rows take
+-- the query-level Poisson bootstrap's, from stg_retrieval_intervals (pipeline/analysis/retrieval_intervals.py,
+-- staged by run_analysis before this query runs: probe_set, property, statistic, ci_low, ci_high,
+-- n_resamples, ci_method).
+-- params:  none besides the registered inputs
+-- columns: probe_set, property, statistic, value, ci_low, ci_high, n, n_resamples, ci_method
 with
 
 queries as (
@@ -37,7 +38,9 @@ mean_rows as (
         avg(outcome) as value,
         avg(outcome) - 1.959963984540054 * stddev_samp(outcome) / sqrt(count(*)) as ci_low,
         avg(outcome) + 1.959963984540054 * stddev_samp(outcome) / sqrt(count(*)) as ci_high,
-        count(*) as n
+        count(*) as n,
+        null::bigint as n_resamples,
+        case when stddev_samp(outcome) is not null then 'normal approximation' end as ci_method
     from means
     group by all
 ),
@@ -74,7 +77,6 @@ auroc_rows as (
         probe_set, target as property, 'auroc_' || signal as statistic,
         (sum(r) filter (where success = 1) - count_if(success = 1) * (count_if(success = 1) + 1) / 2.0)
             / (count_if(success = 1) * count_if(success = 0)) as value,
-        null::double as ci_low, null::double as ci_high,
         count(*) as n
     from ranked
     group by all
@@ -107,20 +109,31 @@ selective as (
 ),
 
 selective_rows as (
-    select probe_set, property, statistic, value, null::double as ci_low, null::double as ci_high, n
+    select probe_set, property, statistic, value, n
     from selective
     union all
-    select probe_set, property, 'mean_selective_accuracy', avg(value), null, null, max(n)
+    select probe_set, property, 'mean_selective_accuracy', avg(value), max(n)
     from selective
     group by all
+),
+
+-- the AUROC and selective-accuracy rows with their bootstrap intervals
+bootstrapped as (
+    select
+        point.probe_set, point.property, point.statistic, point.value,
+        boot.ci_low, boot.ci_high, point.n, boot.n_resamples, boot.ci_method
+    from (
+        select probe_set, property, statistic, value, n from auroc_rows
+        union all
+        select * from selective_rows
+    ) as point
+    left join stg_retrieval_intervals as boot using (probe_set, property, statistic)
 ),
 
 final as (
     select * from mean_rows
     union all
-    select * from auroc_rows
-    union all
-    select * from selective_rows
+    select * from bootstrapped
 )
 
 select * from final

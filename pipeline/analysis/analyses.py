@@ -32,8 +32,7 @@ RETRIEVAL_ANALYSES = frozenset({"retrieval_calibration", "retrieval_signals", "n
 # Analyses computed in Python (no SQL file): their rows come from the query-level bootstrap
 PYTHON_ANALYSES = frozenset({"retrieval_signals"})
 # ci_method of the intervals a query computes itself
-QUERY_CI_METHODS = {"hypernym_pairs": "wilson score", "retrieval_calibration": "normal approximation",
-                    "norm_rescoring": "normal approximation"}
+QUERY_CI_METHODS = {"hypernym_pairs": "wilson score", "norm_rescoring": "normal approximation"}
 # the temporary table of retrieval_signals' rows, staged with the retrieval replicates
 SIGNALS_TABLE = "stg_retrieval_signals"
 _CI_KEYS = ["probe_set", "property", "statistic"]
@@ -103,8 +102,9 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release:
     bound = {**DEFAULT_PARAMS, **params, "model": model, "release": release}
     if name in RETRIEVAL_ANALYSES:
         ensure_retrieval_tables(con, model, release)
-    if name in PYTHON_ANALYSES:
+    if name in PYTHON_ANALYSES or name == "retrieval_calibration":  # both read the query-level bootstrap
         ensure_retrieval_intervals(con, **bound)
+    if name in PYTHON_ANALYSES:
         frame = con.sql(f"select * from {SIGNALS_TABLE}").pl().cast(SIGNAL_COLUMNS)
     else:
         frame = run_query(con, name, **bound)
@@ -117,8 +117,6 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, model: str, release:
     ci = None
     if name in CI_QUERIES and frame.height:
         ci = run_query(con, CI_QUERIES[name], **bound)
-    elif name == "retrieval_calibration" and frame.height:
-        ci = ensure_retrieval_intervals(con, **bound)
     elif name == "token_norm_vs_frequency" and frame.height:
         ci = token_intervals(con, bound["seed"], bound["resamples"])
     if ci is not None:
