@@ -11,7 +11,6 @@ plan_stored`). Nothing is visible until the whole set is stored: a bad row anywh
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 import tempfile
@@ -33,7 +32,7 @@ from pipeline.probes.stored import ITEM_ROW_GROUP, replace_refusal
 from pipeline.probes.templates import split_template
 from pipeline.quality.datadocs import save_validation, validation_key
 from pipeline.quality.suites import DataValidationError, validate_probe_tables
-from pipeline.storage.plan import MEMORY_LIMIT
+from pipeline.storage.plan import spilling_connection
 from pipeline.storage.runs import run_status
 from pipeline.storage.store import Store
 
@@ -134,25 +133,6 @@ def _gate(store: Store, run_id: str, name: str, index: int, ps) -> None:
                 "the probe set and rerun.", report)
 
 
-@contextlib.contextmanager
-def _duckdb(store: Store):
-    from pipeline.storage.catalog import connect  # imported here: the catalog is only needed by this last step
-
-    con = connect()
-    spill = tempfile.mkdtemp(prefix="normaudit-prepare-")
-    try:
-        con.execute(f"set memory_limit = '{MEMORY_LIMIT}'").fetchall()
-        con.execute("set preserve_insertion_order = true").fetchall()
-        con.execute(f"set temp_directory = '{spill}'").fetchall()
-        if not store.is_local:
-            con.register_filesystem(store.query_fs)
-        yield con
-    finally:
-        con.close()
-        with contextlib.suppress(OSError):
-            os.rmdir(spill)
-
-
 def assemble_probe_set(ctx: AuditContext, url: str, name: str, blocks: list[PreparedBlock], replace: bool,
                        limit: int | None = None) -> Assembled:
     """Check the whole file (duplicate ids, inferred kind, the stored set of its name), store the set's tables
@@ -160,7 +140,7 @@ def assemble_probe_set(ctx: AuditContext, url: str, name: str, blocks: list[Prep
     store = ctx.store
     folder = staging_folder(ctx.run_id, name)
     out = Assembled(name)
-    with _duckdb(store) as con:
+    with spilling_connection(store, sandbox=False) as con:  # it writes local files
         for view, table in (("items", "items"), ("props", "properties")):
             con.execute(f"create view {view} as select * from read_parquet({_files(store, folder, table)})").fetchall()
         _refuse_duplicates(con, url)

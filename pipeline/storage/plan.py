@@ -11,6 +11,9 @@ needs the memory of one shard, not a set of ten million ids.
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -55,12 +58,19 @@ def items_rows(store: Store, probe_set: str) -> int:
 
 
 @contextlib.contextmanager
-def _connection(store: Store):
+def spilling_connection(store: Store, sandbox: bool = True):
+    """A DuckDB connection to ``store``'s root that spills to a temporary folder past :data:`MEMORY_LIMIT`, keeping
+    insertion order; sandboxed to the root (:func:`pipeline.storage.catalog.connect`) unless ``sandbox`` is false,
+    for a step that writes a local file itself."""
     from pipeline.storage.catalog import connect  # imported here: catalog imports this module's neighbours
 
-    con = connect(sandbox=store)
+    con = connect(sandbox=store if sandbox else None)
     try:
         con.execute(f"set memory_limit = '{MEMORY_LIMIT}'").fetchall()
+        con.execute("set preserve_insertion_order = true").fetchall()
+        if not sandbox:  # the sandbox sets its own; DuckDB creates the folder only if it spills, removes it on close
+            spill = os.path.join(tempfile.gettempdir(), f"normaudit-sql-{uuid.uuid4().hex}")
+            con.execute(f"set temp_directory = '{spill}'").fetchall()
         if not store.is_local:
             con.register_filesystem(store.query_fs)
         yield con
@@ -106,7 +116,7 @@ def plan_stored(store: Store, probe_set: str, fingerprint: str, params: dict, si
     n = items_rows(store, probe_set)
     cut = n if limit is None else min(limit, n)
     items = store.url(f"{store.probes_dir(probe_set)}/items.parquet").replace("'", "''")
-    with _connection(store) as con:
+    with spilling_connection(store) as con:
         _committed_view(con, store, manifest)
         con.execute(f"""
             create temp view items as
@@ -198,4 +208,4 @@ def _shard_ids(store: Store, probe_set: str, fingerprint: str, params: dict, spa
                                             fingerprint, params)
 
 
-__all__ = ["PlannedShard", "StoredPlan", "items_rows", "plan_stored"]
+__all__ = ["MEMORY_LIMIT", "PlannedShard", "StoredPlan", "items_rows", "plan_stored", "spilling_connection"]
