@@ -62,6 +62,23 @@ def start_audit(tmp_path: Path, model: Path, probes: str, root: str) -> tuple[su
     return proc, out, err
 
 
+def interrupt_and_wait(proc: subprocess.Popen, err: Path, sig: int = signal.SIGINT, to_group: bool = True,
+                       twice: bool = False, what: str = "the audit") -> tuple[int, float]:
+    """Send ``sig`` to the CLI's process group (or to the CLI alone), ``twice`` 0.3 s apart if asked; return its exit
+    code and the seconds from the signal to the exit. Past LIMIT_S the group is killed and the test fails."""
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(proc.pid, sig)
+    if twice:  # an impatient user: the second Ctrl-C must neither be needed nor cut the cleanup short
+        time.sleep(0.3)
+        os.killpg(proc.pid, sig)
+    try:
+        code = proc.wait(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"{what} did not stop within {LIMIT_S} s:\n{err.read_text()[-3000:]}") from None
+    return code, time.monotonic() - sent
+
+
 def wait_mid_embedding(proc: subprocess.Popen, store: Store, err: Path) -> list[int]:
     """Wait until two shards are committed (of 50); return the CLI's child process ids (API, workers)."""
     manifest = "embeddings/model=tiny/release=r/probe_set=words/_manifest.json"
@@ -124,17 +141,7 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
     proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
     children = wait_mid_embedding(proc, store, err)
     assert any("flows.parent_watch" in " ".join(psutil.Process(p).cmdline()) for p in children)  # the API
-    sent = time.monotonic()
-    (os.killpg if to_group else os.kill)(proc.pid, sig)
-    if twice:  # an impatient user: the second Ctrl-C must neither be needed nor cut the cleanup short
-        time.sleep(0.3)
-        os.killpg(proc.pid, sig)
-    try:
-        code = proc.wait(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"the audit did not stop within {LIMIT_S} s:\n{err.read_text()[-3000:]}") from None
-    took = time.monotonic() - sent
+    code, took = interrupt_and_wait(proc, err, sig, to_group, twice)
     print(f"{signal.Signals(sig).name}{' twice' if twice else ''}: exit {code} {took:.2f} s after the signal")
     stderr = err.read_text()
     assert code == 130, stderr[-3000:]
@@ -300,22 +307,14 @@ def test_ctrl_c_at_start_up_exits_130_within_10s_and_leaves_nothing(tmp_path, ti
     root = tmp_path / "root"
     proc, out, err = start_audit(tmp_path, tiny_model_dir, many_words, str(root))
     at = wait_for_phase(proc, phase, root, err)
-    sent = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        code = proc.wait(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"Ctrl-C at {phase} did not stop the audit within {LIMIT_S} s:\n"
-                             f"{err.read_text()[-3000:]}") from None
-    took = time.monotonic() - sent
+    code, took = interrupt_and_wait(proc, err, what=f"Ctrl-C at {phase}: the audit")
     print(f"Ctrl-C at {phase} ({at:.1f} s after start): exit {code} {took:.2f} s later")
     stderr = err.read_text()
     assert code == 130, stderr[-3000:]
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "interrupted" in errors[0], stderr[-3000:]
     assert "Traceback" not in stderr + out.read_text()
-    deadline = sent + LIMIT_S
+    deadline = time.monotonic() - took + LIMIT_S  # LIMIT_S from the signal
     while (left := session_processes(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == [], [p.cmdline() for p in left]  # no API, no worker, no nanny restart survives it

@@ -7,8 +7,6 @@ fresh process group and a user's environment (no PREFECT_API_URL).
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 
@@ -18,7 +16,15 @@ import pytest
 
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
-from tests.test_interrupts import BIN, LIMIT_S, assert_only_our_lines, gone_within, the_run, user_env
+from tests.test_interrupts import (
+    BIN,
+    LIMIT_S,
+    assert_only_our_lines,
+    gone_within,
+    interrupt_and_wait,
+    the_run,
+    user_env,
+)
 
 ROWS, BLOCK = 400_000, 4096  # ~100 blocks: about half a minute of preparation on two cores
 
@@ -55,14 +61,7 @@ def test_ctrl_c_during_preparation_stops_within_10s_and_stores_nothing_then_a_re
         assert time.monotonic() < deadline, "no block was prepared within 300 s"
         time.sleep(0.05)
     children = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    sent = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        code = proc.wait(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"the audit did not stop within {LIMIT_S} s:\n{err.read_text()[-3000:]}") from None
-    took = time.monotonic() - sent
+    code, took = interrupt_and_wait(proc, err)
     print(f"SIGINT during preparation: exit {code} {took:.2f} s after the signal, {len(staged(store))} blocks staged")
     assert code == 130, err.read_text()[-3000:]
     assert gone_within(children, LIMIT_S - took + 1) == []  # every worker (and so every block task) with it
