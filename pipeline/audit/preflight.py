@@ -20,6 +20,7 @@ functions that use them: polars takes seconds to import, and a typo in the model
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -263,8 +264,14 @@ def unknown_token_warning(settings, resolved: ResolvedModel, ps: ProbeSet, spec:
 def unknown_in_block(resolved: ResolvedModel, ps: ProbeSet) -> tuple[list[str], str] | None:
     """For a block of a probe file prepared in blocks: the ids of its unknown-only items and the unknown token
     (``None`` when the model's vocabulary spells every text); :func:`unknown_message` words the sum."""
-    vocab = _vocabulary(resolved.path)
+    vocab = _block_vocabulary(str(resolved.path))
     return None if vocab is None else (unknown_only_items(ps, vocab), vocab.unk_token)
+
+
+@functools.lru_cache(maxsize=4)
+def _block_vocabulary(path: str) -> _Vocabulary | None:
+    # a worker prepares many blocks of one file with one model: its tokenizer is parsed once, not per block
+    return _vocabulary(path)
 
 
 def _shipped(spec: str) -> bool:
