@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import sys
@@ -70,6 +71,20 @@ def _chain(exc: BaseException):
 def interrupt_seen() -> bool:
     """Whether a Ctrl-C or SIGTERM arrived during the current command (see :func:`terminate_as_interrupt`)."""
     return _interrupted.is_set()
+
+
+class _DropAfterInterrupt(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: ARG002 - the logging.Filter protocol
+        return not _interrupted.is_set()
+
+
+def quiet_after_interrupt(*loggers: str) -> None:
+    """From the command's first Ctrl-C or SIGTERM on, drop the records of ``loggers``: what they say then is
+    about the run being stopped. Before it, they show as usual."""
+    for name in loggers:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropAfterInterrupt) for f in logger.filters):
+            logger.addFilter(_DropAfterInterrupt())
 
 
 def interrupt_signal() -> str | None:

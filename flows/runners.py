@@ -19,7 +19,7 @@ from prefect.settings import (
 from prefect_dask import DaskTaskRunner
 
 from flows.boot import close_local_cluster, current_api, local_cluster_kwargs, start_api, stop_api, take_local_cluster
-from flows.interrupts import interrupt_seen, shielded
+from flows.interrupts import interrupt_seen, quiet_after_interrupt, shielded
 from pipeline.settings import Settings
 
 # Longer than Dask's own bound on a worker's exit (a nanny kills a worker that has not exited 4 s after it was
@@ -29,6 +29,10 @@ from pipeline.settings import Settings
 CLUSTER_CLOSE_TIMEOUT_S = 10.0
 # After an interrupt the workers are ended at once (flows.boot.close_local_cluster): the CLI exits within seconds.
 INTERRUPTED_CLOSE_TIMEOUT_S = 4.0
+# The local cluster's scheduler runs in this process: after an interrupt it reports what the stopped flow left,
+# such as a result the flow had asked for and then released ("Couldn't gather keys: {...: 'forgotten'}": the
+# Ctrl-C cut the flow's wait short, and its gather reached the scheduler after the release).
+LOCAL_SCHEDULER_LOGGERS = ("distributed.scheduler",)
 
 
 def dask_runner(settings: Settings) -> DaskTaskRunner:
@@ -51,6 +55,7 @@ def early_local_cluster(settings: Settings):
     if future is None:
         yield lambda: settings.dask_address
         return
+    quiet_after_interrupt(*LOCAL_SCHEDULER_LOGGERS)
     try:
         yield lambda: future.result().scheduler_address
     finally:

@@ -152,6 +152,34 @@ def test_teardown_silenced_before_distributed_is_imported_stays_silent(silenced)
     assert ("teardown record" in done.stderr) is not silenced, done.stderr
 
 
+def test_local_scheduler_is_quiet_after_an_interrupt_and_heard_before():
+    """The local cluster's scheduler runs in the CLI: after a Ctrl-C it may report a gather of a result the
+    stopped flow released (CI printed "Couldn't gather keys: {...: 'forgotten'}" under the run's one error line).
+    Its records are dropped from the first interrupt on, and only then (flows.runners.early_local_cluster)."""
+    script = textwrap.dedent("""
+        import logging, os, signal, time
+        import distributed  # noqa: F401 - its logging config gives the scheduler's logger a handler
+        from flows.interrupts import terminate_as_interrupt, is_interrupt, quiet_after_interrupt
+        from flows.runners import LOCAL_SCHEDULER_LOGGERS
+
+        quiet_after_interrupt(*LOCAL_SCHEDULER_LOGGERS)
+        scheduler = logging.getLogger("distributed.scheduler")
+        with terminate_as_interrupt():
+            scheduler.error("an error before the interrupt")
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            except KeyboardInterrupt as exc:
+                assert is_interrupt(exc)
+            scheduler.error("Couldn't gather keys after the interrupt")
+        logging.getLogger("distributed.worker").error("another logger still shows")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "an error before the interrupt" in done.stderr and "another logger still shows" in done.stderr
+    assert "Couldn't gather keys" not in done.stderr, done.stderr
+
+
 def test_nested_prefect_api_reuses_the_running_api_and_a_lost_api_stops_the_run(tmp_path):
     """The theory lab's audits nest prefect_api() inside its own: the inner block must reuse this process's
     temporary API, not stop it (it did, and the lab failed with ConnectError, then hung). And a run whose API
