@@ -6,14 +6,15 @@ import operator
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
-from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from pipeline.analysis.bootstrap import MAX_M
 from pipeline.analysis.replicates import stage_replicates
+from pipeline.analysis.sql_files import bind_params, load_sql, sql_dir
+
+__all__ = ["bind_params", "load_sql", "sql_dir"]  # their home is sql_files; importers of this module use them here
 
 # Staged queries of the item-level analyses (norm_vs_property, norm_by_bin and the bootstrap replicates read them).
 ANALYSIS_STAGED = ("stg_analysis_groups", "stg_analysis_values")
@@ -41,29 +42,6 @@ DEFAULT_PARAMS = {
     "bootstrap_switch_n": 250_000,
     "bootstrap_m": 65_536,
 }
-
-
-def sql_dir() -> Path:
-    """Where the .sql files live: inside the installed package, or the repository's ``sql/``."""
-    packaged = resources.files("pipeline") / "sql"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parents[2] / "sql"
-
-
-def load_sql(name: str) -> str:
-    """The text of ``sql/<name>.sql``; a miss lists the queries that exist."""
-    path = sql_dir() / f"{name}.sql"
-    if not path.is_file():
-        known = sorted(p.stem for p in sql_dir().glob("*.sql"))
-        raise KeyError(f"no SQL query named {name!r} in {sql_dir()}; known: {known}")
-    return path.read_text()
-
-
-def bind_params(sql: str, params: dict) -> dict:
-    """The entries of ``params`` that ``sql`` names as ``$name`` (DuckDB refuses unused parameters)."""
-    named = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    return {k: v for k, v in params.items() if k in named}
 
 
 def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release: str) -> None:
