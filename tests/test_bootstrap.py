@@ -264,6 +264,9 @@ def test_m_out_of_n_draws_equal_the_definition_in_any_chunking(large):
 
     whole = staged(batch_resamples=23, threads=1)
     assert whole == staged(batch_resamples=5, chunk_cells=700, threads=2)  # 2 replicates a chunk
+    # draws looked up 3 replicates (900 draws) a pass, in queries of 500 staged items: the same values
+    assert whole == staged(batch_resamples=23, threads=2, lookup_draws=900, lookup_block=500)
+    assert not con.execute("select * from duckdb_tables() where table_name like 'stg_m_out_of_n%'").fetchall()
 
 
 def test_m_out_of_n_covers_a_known_correlation(tmp_path):

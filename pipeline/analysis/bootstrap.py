@@ -35,7 +35,8 @@ million items and three properties), so 1,000 of them over millions of items cos
 than embedding the items on a GPU (benchmarks/analyses_scale.py). An item set of more than ``switch_n`` items
 (``bootstrap_switch_n``) is resampled instead by drawing m = min(``bootstrap_m``, n) of its n items with
 replacement in every replicate (Bickel, Goetze & van Zwet 1997, Statistica Sinica 7:1-31): each statistic T is
-computed on the m draws as above (:mod:`pipeline.analysis.m_out_of_n`), and the value stored is
+computed on the m draws as above (:mod:`pipeline.analysis.m_out_of_n`, which looks the draws up in DuckDB and
+never loads a large sample whole), and the value stored is
 T_n + sqrt(m/n) * (T*_m - T_n), T_n its value on all n items; the percentiles of the stored values are then the
 m-out-of-n percentile interval T_n + sqrt(m/n) * (quantile of T*_m - T_n), which estimates the spread of T at n
 from its spread at m (a correlation's standard error goes as 1/sqrt(size)). A replicate then costs O(m log m)
@@ -223,43 +224,59 @@ class ItemSet:
     samples: list[Sample] = field(default_factory=list)
 
 
-def item_sets(con: duckdb.DuckDBPyConnection) -> list[ItemSet]:
-    """The samples of the staged rows (``stg_analysis_values`` / ``stg_analysis_groups`` on ``con``),
-    grouped by item set: the samples of ``norm_vs_property.sql``."""
-    names = {key: (probe_set, prop, set_id) for key, probe_set, prop, set_id in con.execute(
-        "select group_key, probe_set, property, set_id from stg_analysis_groups where group_key in "
-        "(select distinct group_key from stg_analysis_values)").fetchall()}
-    sets: dict[tuple[int, bytes], ItemSet] = {}
-    for key in sorted(names, key=lambda k: names[k][:2]):
-        probe_set, prop, set_id = names[key]
-        # one group's rows at a time: at 10 M items all of them at once were 1.35 GB more at the peak
-        part = {k: np.asarray(v) for k, v in con.execute(
-            "select pos, value, norm, n_tokens, zipf is not null as has_zipf, coalesce(zipf, 0) as zipf, d_norm "
-            "from stg_analysis_values where group_key = $key order by pos", {"key": key}).fetchnumpy().items()}
-        n_items, with_zipf = len(part["pos"]), part["has_zipf"]
-        zipf_control = prop != "zipf" and with_zipf.any()
-        statistics = ["spearman", "pearson_log_norm"]
-        if part["n_tokens"].min() < part["n_tokens"].max():
-            statistics.append("partial_spearman_n_tokens")
-        if zipf_control and with_zipf.all():
-            statistics.append("partial_spearman_zipf")
-        samples = [(np.ones(n_items, dtype=bool), tuple(statistics))]
-        if zipf_control and not with_zipf.all():
-            samples.append((with_zipf, ("partial_spearman_zipf",)))
-        for keep, stats in samples:
-            items = {k: v[keep] for k, v in part.items()}
-            set_key = (set_id, items["pos"].tobytes())
-            if set_key not in sets:
-                sets[set_key] = _item_set(items)
-            item_set = sets[set_key]
-            value = items["value"][item_set.in_norm_order]
-            pearson = "pearson_log_norm" in stats
-            item_set.samples.append(Sample(probe_set, prop, stats, Order.of(value),
-                                            value - value.mean() if pearson else None))
-            if "partial_spearman_n_tokens" in stats and item_set.tokens is None:
-                item_set.tokens = Order.of(item_set.n_tokens)
-            if "partial_spearman_zipf" in stats and item_set.zipf_order is None:
-                item_set.zipf_order = Order.of(item_set.zipf)
+@dataclass(frozen=True)
+class SampleSpec:
+    """A sample of ``norm_vs_property.sql`` before its rows are read: a (probe set, property) group's items with
+    the property (``zipf_only``: those that also have a zipf), how many, and the statistics they give."""
+
+    probe_set: str
+    property: str
+    group_key: int
+    set_id: object  # the probe set's id in stg_analysis_groups: groups of one probe set share item sets
+    zipf_only: bool
+    n: int
+    statistics: tuple[str, ...]
+
+
+def sample_specs(con: duckdb.DuckDBPyConnection) -> list[SampleSpec]:
+    """The samples of the staged rows (``stg_analysis_values`` / ``stg_analysis_groups`` on ``con``), by (probe
+    set, property): counted in SQL, so a sample's rows are read only where its route needs them."""
+    specs = []
+    for key, probe_set, prop, set_id, n_items, n_zipf, tokens_vary in con.execute(
+            "select v.group_key, g.probe_set, g.property, g.set_id, count(*), count(v.zipf), "
+            "min(v.n_tokens) < max(v.n_tokens) from stg_analysis_values as v "
+            "inner join stg_analysis_groups as g using (group_key) group by all order by 2, 3").fetchall():
+        zipf_control = prop != "zipf" and n_zipf > 0
+        statistics = ("spearman", "pearson_log_norm", *(("partial_spearman_n_tokens",) if tokens_vary else ()),
+                      *(("partial_spearman_zipf",) if zipf_control and n_zipf == n_items else ()))
+        specs.append(SampleSpec(probe_set, prop, key, set_id, False, n_items, statistics))
+        if zipf_control and n_zipf < n_items:
+            specs.append(SampleSpec(probe_set, prop, key, set_id, True, n_zipf, ("partial_spearman_zipf",)))
+    return specs
+
+
+def item_sets(con: duckdb.DuckDBPyConnection, specs: list[SampleSpec] | None = None) -> list[ItemSet]:
+    """The samples ``specs`` (default: every one of :func:`sample_specs`) with their rows, grouped by item set:
+    samples over the same items share one."""
+    sets: dict[tuple[object, bytes], ItemSet] = {}
+    for spec in sample_specs(con) if specs is None else specs:
+        # one sample's rows at a time: at 10 M items all of them at once were 1.35 GB more at the peak
+        items = {k: np.asarray(v) for k, v in con.execute(
+            "select pos, value, norm, n_tokens, coalesce(zipf, 0) as zipf, d_norm from stg_analysis_values "
+            f"where group_key = $key {'and zipf is not null' if spec.zipf_only else ''} order by pos",
+            {"key": spec.group_key}).fetchnumpy().items()}
+        set_key = (spec.set_id, items["pos"].tobytes())
+        if set_key not in sets:
+            sets[set_key] = _item_set(items)
+        item_set = sets[set_key]
+        value = items["value"][item_set.in_norm_order]
+        pearson = "pearson_log_norm" in spec.statistics
+        item_set.samples.append(Sample(spec.probe_set, spec.property, spec.statistics, Order.of(value),
+                                        value - value.mean() if pearson else None))
+        if "partial_spearman_n_tokens" in spec.statistics and item_set.tokens is None:
+            item_set.tokens = Order.of(item_set.n_tokens)
+        if "partial_spearman_zipf" in spec.statistics and item_set.zipf_order is None:
+            item_set.zipf_order = Order.of(item_set.zipf)
     return list(sets.values())
 
 
