@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     probe_block_rows: int = Field(
         131072, ge=1, description="rows per block of a large probe file, prepared block by block on the workers "
         "(pipeline/probes/blocks.py)")
+    analysis_memory: str = Field(
+        "512MB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$",
+        description="DuckDB's memory limit in the audit's analyses (e.g. 512MB, 2GiB): past it DuckDB spills to a "
+        "temporary folder, so the worker running them stays flat at any number of items")
     model_cache: str | None = Field(
         None, description="folder where models shipped as split archives are unpacked; default: user cache dir"
     )

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from pipeline.names import check_name
+from pipeline.settings import Settings
 from pipeline.storage.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
 from pipeline.storage.parts import embeddings_table, encode_table, write_part
 from pipeline.storage.shards import split_shards
@@ -55,6 +56,24 @@ def test_catalog_connection_keeps_freed_memory_up_to_its_limit(tmp_path):
         assert limit > 0 and abs(kept - limit) <= 0.01 * limit
         assert con.execute("select sum(range) from range(1000000)").fetchone()[0] == 499999500000
         con.close()
+
+
+def test_a_memory_limit_bounds_duckdb_which_spills_past_it_and_a_bad_one_is_named(tmp_path):
+    """The audit's analyses hold DuckDB to NORMAUDIT_ANALYSIS_MEMORY: a sort larger than the limit still finishes
+    (spilled to a temporary folder, not the working directory), and its freed memory is kept up to the limit."""
+    con = open_catalog(Store(str(tmp_path / "root")), memory_limit="64MB")
+    limits = con.execute("select current_setting('memory_limit'), current_setting('block_allocator_memory'), "
+                         "current_setting('temp_directory')").fetchall()[0]
+    assert limits[0] == limits[1] == "61.0 MiB" and "normaudit-sql-" in limits[2], limits  # 64 MB = 61.0 MiB
+    rows = con.execute("select count(*), count(distinct k) from (select hash(range) as k, range::varchar as s "
+                       "from range(3000000) order by s)").fetchall()  # ~150 MB of sort: more than the limit
+    assert rows == [(3000000, 3000000)]
+    con.close()
+    for bad in ("lots", "512", "1GB; drop table x"):
+        with pytest.raises(ValueError, match=f"memory limit '{bad}': give a size such as 512MB"):
+            connect(memory_limit=bad)
+    with pytest.raises(ValueError, match="analysis_memory"):
+        Settings(analysis_memory="lots")
 
 
 def test_written_but_uncommitted_part_is_invisible(tmp_path):

@@ -11,11 +11,13 @@ from pipeline.storage.runs import write_results
 from pipeline.storage.store import Store
 
 
-def analyse_and_store(store: Store, model: str, release: str, run_id: str) -> pl.DataFrame:
+def analyse_and_store(store: Store, model: str, release: str, run_id: str,
+                      memory_limit: str | None = None) -> pl.DataFrame:
     """Run :data:`AUDIT_ANALYSES` over the committed data of ``model`` at ``release``, store each analysis's
     ``results`` rows (an analysis whose inputs the probe sets lack has no rows, and no file) and then the
-    claims table they decide (``claims``); returns the results rows."""
-    con = open_catalog(store)
+    claims table they decide (``claims``); returns the results rows. ``memory_limit``: DuckDB's (default: its
+    own, 80% of the machine's memory)."""
+    con = open_catalog(store, memory_limit=memory_limit)
     frames = []
     try:
         for name in AUDIT_ANALYSES:

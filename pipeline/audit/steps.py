@@ -320,7 +320,7 @@ def write_token_properties(store: Store, model: str, release: str, norms: pl.Dat
 
 def run_analyses(ctx: AuditContext) -> pl.DataFrame:
     """Run the audit's analyses over committed data; store their ``results`` rows and the ``claims`` they decide."""
-    return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id)
+    return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id, memory_limit=ctx.settings.analysis_memory)
 
 
 def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
@@ -331,7 +331,7 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
     (view ``comparisons``) with its page under ``reports/compare/``, and its intervals decide which moves
     are beyond noise (``thresholds.require_significant``). Returns ``(previous_release or None, alerts)``.
     """
-    con = open_catalog(ctx.store)
+    con = open_catalog(ctx.store, memory_limit=ctx.settings.analysis_memory)
     try:
         previous = previous_release(con, ctx.model, ctx.release)
         if previous is None:

@@ -148,7 +148,7 @@ def _embeddings_view(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
         "and e.item_id = p.item_id and e.text_sha256 = p.text_sha256"))
 
 
-def connect(sandbox: Store | None = None) -> duckdb.DuckDBPyConnection:
+def connect(sandbox: Store | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection, set up as the catalog's (and the analysis benchmark's) are.
 
     Buffer memory DuckDB frees is kept by its block allocator, up to the memory limit, until the connection
@@ -162,15 +162,21 @@ def connect(sandbox: Store | None = None) -> duckdb.DuckDBPyConnection:
     it cannot read fails instead of downloading one), and Python variables are not scanned as tables.
     :func:`open_catalog` registers an ``s3://`` root's s3fs with it, so DuckDB reads that root (and only it,
     whatever else the credentials reach) through the store's own filesystem.
+
+    With ``memory_limit`` (DuckDB's form: ``"512MB"``, ``"2GiB"``), DuckDB holds at most that much and spills the
+    rest of a large join, sort or window to a new folder under the system's temp folder (removed on close).
     """
-    con = duckdb.connect(":memory:", config={
-        "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-        "python_enable_replacements": False,
-        # DuckDB allows reading its spill directory too; its default, ./.tmp, may hold anything of the user's.
-        # A new name under the system's temp folder, created only if DuckDB spills and removed on close.
-        "temp_directory": os.path.join(tempfile.gettempdir(), f"normaudit-sql-{uuid.uuid4().hex}"),
-    } if sandbox else {})
-    # the setting can be raised but never lowered on a live database: set once, here, to the default limit
+    limit = _checked_memory_limit(memory_limit)
+    # DuckDB allows reading its spill directory too; its default, ./.tmp, may hold anything of the user's (and
+    # a spill there lands wherever the process runs). A new name under the system's temp folder, created only if
+    # DuckDB spills and removed on close.
+    spill = {"temp_directory": os.path.join(tempfile.gettempdir(), f"normaudit-sql-{uuid.uuid4().hex}")}
+    sandboxed = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                 "python_enable_replacements": False}
+    con = duckdb.connect(":memory:", config={**sandboxed, **spill} if sandbox else spill if limit else {})
+    if limit:
+        con.execute(f"set memory_limit = '{limit}'")  # checked: digits and a unit
+    # the setting can be raised but never lowered on a live database: set once, here, to the memory limit
     limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
     con.execute(f"set block_allocator_memory = '{limit}'")  # a setting takes a literal, not a parameter
     if sandbox:
@@ -182,6 +188,15 @@ def connect(sandbox: Store | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
+_MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+def _checked_memory_limit(memory_limit: str | None) -> str | None:
+    if memory_limit is None or _MEMORY_LIMIT.fullmatch(memory_limit.strip()):
+        return memory_limit and memory_limit.strip()
+    raise ValueError(f"memory limit {memory_limit!r}: give a size such as 512MB or 2GiB")
+
+
 def sandbox_directories(store: Store) -> list[str]:
     """The directories a sandboxed connection may read: the store's root, under each name of its protocol."""
     if store.is_local:
@@ -191,14 +206,14 @@ def sandbox_directories(store: Store) -> list[str]:
 
 
 def open_catalog(store: Store, con: duckdb.DuckDBPyConnection | None = None,
-                 verify: str | None = "size") -> duckdb.DuckDBPyConnection:
+                 verify: str | None = "size", memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection (:func:`connect`) with one view per table of docs/design.md.
 
     ``verify`` checks committed parts against their manifests first and raises
     :class:`~pipeline.storage.store.CorruptPartError` naming the file: ``"size"`` (default; one listing),
     ``"sha256"`` (reads every byte) or ``None`` (skip). See :mod:`pipeline.storage.verify`.
     """
-    con = con or connect()
+    con = con or connect(memory_limit=memory_limit)
     if not store.is_local:
         con.register_filesystem(store.query_fs)  # DuckDB reads out of reach of Store.retry: see query_fs
     for name, pattern in GLOBS.items():

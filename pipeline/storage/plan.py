@@ -11,9 +11,6 @@ needs the memory of one shard, not a set of ten million ids.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -64,13 +61,9 @@ def spilling_connection(store: Store, sandbox: bool = True):
     for a step that writes a local file itself."""
     from pipeline.storage.catalog import connect  # imported here: catalog imports this module's neighbours
 
-    con = connect(sandbox=store if sandbox else None)
+    con = connect(sandbox=store if sandbox else None, memory_limit=MEMORY_LIMIT)
     try:
-        con.execute(f"set memory_limit = '{MEMORY_LIMIT}'").fetchall()
         con.execute("set preserve_insertion_order = true").fetchall()
-        if not sandbox:  # the sandbox sets its own; DuckDB creates the folder only if it spills, removes it on close
-            spill = os.path.join(tempfile.gettempdir(), f"normaudit-sql-{uuid.uuid4().hex}")
-            con.execute(f"set temp_directory = '{spill}'").fetchall()
         if not store.is_local:
             con.register_filesystem(store.query_fs)
         yield con
