@@ -75,11 +75,16 @@ def hexbin(
     title: str,
     curve: tuple[np.ndarray, np.ndarray] | None = None,
     curve_label: str = "",
+    weights: np.ndarray | None = None,
 ) -> bytes:
-    """Density of items in (property, norm) space, with an optional binned-median curve on top."""
+    """Density of items in (property, norm) space, with an optional binned-median curve on top.
+
+    ``weights``: each point stands for that many items (a grid cell's count at its centre); the hexagons then
+    sum them. Without weights, fewer than 400 points are drawn one by one."""
     fig, ax = _figure()
-    if len(x) >= 400:
-        hb = ax.hexbin(x, y, gridsize=45, mincnt=1, bins="log", cmap="viridis")
+    if weights is not None or len(x) >= 400:
+        by_weight = {} if weights is None else {"C": weights, "reduce_C_function": np.sum}
+        hb = ax.hexbin(x, y, gridsize=45, mincnt=1, bins="log", cmap="viridis", **by_weight)
         bar = fig.colorbar(hb, ax=ax, label="items per cell (log scale)")
         # label 1, 2, 5, 10, 20, 50, ... only: every minor tick labelled would overlap
         bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -97,13 +102,15 @@ def hexbin(
     return to_png(fig)
 
 
-def boxes(groups: list[tuple[float, np.ndarray]], xlabel: str, title: str) -> bytes:
-    """One box plot of the norm per property level (e.g. per WordNet depth), n under each box."""
+def boxes(levels: list[dict], xlabel: str, title: str) -> bytes:
+    """One box plot of the norm per property level (e.g. per WordNet depth), n under each box, from each level's
+    ``level``, ``n``, quartiles ``q1``, ``med``, ``q3`` and whisker ends ``whislo``, ``whishi`` (as
+    ``sql/report_box_stats.sql`` computes them over every item)."""
     fig, ax = _figure(8.5, 4.6)
-    data = [g for _, g in groups]
-    ax.boxplot(data, showfliers=False, medianprops={"color": "#d1495b", "lw": 2})
-    ax.set_xticks(range(1, len(groups) + 1))
-    ax.set_xticklabels([f"{level:g}\nn={len(g):,}" for level, g in groups], fontsize=7)
+    stats = [{k: row[k] for k in ("whislo", "q1", "med", "q3", "whishi")} | {"fliers": []} for row in levels]
+    ax.bxp(stats, showfliers=False, medianprops={"color": "#d1495b", "lw": 2})
+    ax.set_xticks(range(1, len(levels) + 1))
+    ax.set_xticklabels([f"{row['level']:g}\nn={row['n']:,}" for row in levels], fontsize=7)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(NORM_LABEL)
     ax.set_title(title, fontsize=10)

@@ -10,7 +10,6 @@ path), rendered from the Jinja2 templates in ``templates/`` and written through 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import duckdb
 import numpy as np
@@ -19,14 +18,13 @@ import polars as pl
 from pipeline.analysis import plots
 from pipeline.analysis.claims import p_text, test_text
 from pipeline.analysis.report_html import Table, fmt, render, table
+from pipeline.analysis.report_plots import Plot, pick, property_plots
 from pipeline.analysis.sql import run_query
 from pipeline.names import check_name
 from pipeline.quality.datadocs import DOCS_DIR
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.store import Store
 
-# Properties plotted against the norm when a probe set has them (WordNet depth gets box plots).
-SCATTER_PROPERTIES = ("zipf", "rating_sd", "label_entropy")
 NORM_STATISTICS = ["spearman", "partial_spearman_zipf", "partial_spearman_n_tokens", "pearson_log_norm"]
 DRIFT_COLUMNS = [
     "analysis", "probe_set", "property", "statistic", "previous_value", "value", "change", "intervals_overlap"
@@ -34,92 +32,9 @@ DRIFT_COLUMNS = [
 RESULT_COLUMNS = ["analysis", "probe_set", "property", "statistic", "value", "ci_low", "ci_high", "n", "run_id"]
 
 
-@dataclass
-class Plot:
-    """A PNG written beside the page, with its caption."""
-
-    file: str
-    caption: str
-
-
 def release_dir(model: str, release: str) -> str:
     """Folder of a release's report, relative to the storage root."""
     return f"reports/{check_name(model, 'model name')}/{check_name(release, 'release label')}"
-
-
-def _pick(results: pl.DataFrame, analysis: str, probe_set: str, prop: str, statistic: str) -> dict | None:
-    rows = results.filter(
-        (pl.col("analysis") == analysis)
-        & (pl.col("probe_set") == probe_set)
-        & (pl.col("property") == prop)
-        & (pl.col("statistic") == statistic)
-    )
-    return rows.row(0, named=True) if rows.height else None
-
-
-def _rho(
-    results: pl.DataFrame, probe_set: str, prop: str, statistic: str = "spearman", label: str = "ρ"
-) -> str:
-    row = _pick(results, "norm_vs_property", probe_set, prop, statistic)
-    if row is None:
-        return ""
-    ci = "" if row["ci_low"] is None else f" [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
-    return f"{label} = {row['value']:+.3f}{ci}"
-
-
-def _bin_medians(results: pl.DataFrame, probe_set: str, prop: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = results.filter(
-        (pl.col("analysis") == "norm_by_bin")
-        & (pl.col("probe_set") == probe_set)
-        & (pl.col("property") == prop)
-    )
-    stats = {r["statistic"]: r["value"] for r in rows.iter_rows(named=True)}
-    bins = sorted({int(s[3:5]) for s in stats})
-    x = [(stats[f"bin{b:02d}_low"] + stats[f"bin{b:02d}_high"]) / 2 for b in bins]
-    return np.asarray(x), np.asarray([stats[f"bin{b:02d}_median"] for b in bins])
-
-
-def _property_plots(
-    con, store: Store, folder: str, model: str, release: str, results: pl.DataFrame
-) -> list[Plot]:
-    out = []
-    for prop in (*SCATTER_PROPERTIES, "min_depth"):
-        points = run_query(con, "report_points", model=model, release=release, property=prop)
-        for (probe_set,), part in points.group_by(["probe_set"], maintain_order=True):
-            x, y, n = part["value"].to_numpy(), part["norm"].to_numpy(), part.height
-            stats = "; ".join(
-                s
-                for s in (
-                    _rho(results, probe_set, prop),
-                    _rho(results, probe_set, prop, "partial_spearman_zipf", "partial ρ | zipf"),
-                )
-                if s
-            )
-            title = f"{probe_set}: norm vs {prop} (n = {n:,} items)" + (f"\n{stats}" if stats else "")
-            if prop == "min_depth":
-                groups = [(v, y[x == v]) for v in np.unique(x)]
-                png = plots.boxes(groups, plots.property_label(prop), title)
-                caption = (
-                    "Box: quartiles of the norm at each depth, whiskers 1.5 IQR, outliers hidden; "
-                    "ρ is Spearman's rank correlation with a 95% bootstrap interval."
-                )
-            else:
-                png = plots.hexbin(
-                    x,
-                    y,
-                    plots.property_label(prop),
-                    title,
-                    _bin_medians(results, probe_set, prop),
-                    "median norm per bin",
-                )
-                caption = (
-                    "Colour: items per hexagon; red: median norm within bins of the property "
-                    "(norm_by_bin); ρ: Spearman with a 95% bootstrap interval."
-                )
-            name = f"norm_vs_{prop}_{probe_set}.png"
-            store.write_bytes_atomic(f"{folder}/{name}", png)
-            out.append(Plot(name, caption))
-    return out
 
 
 def _retrieval_plots(store: Store, folder: str, results: pl.DataFrame) -> list[Plot]:
@@ -138,7 +53,7 @@ def _retrieval_plots(store: Store, folder: str, results: pl.DataFrame) -> list[P
             if rows.height:
                 coverage = np.asarray([float(s.split("_")[1]) for s in rows["statistic"]])
                 curves[label] = (coverage, rows["value"].to_numpy())
-        full = _pick(results, "retrieval_calibration", probe_set, "retrieval", "mean_success_at_1")
+        full = pick(results, "retrieval_calibration", probe_set, "retrieval", "mean_success_at_1")
         if not curves or full is None:
             continue
         aurocs = [
@@ -148,7 +63,7 @@ def _retrieval_plots(store: Store, folder: str, results: pl.DataFrame) -> list[P
                 ("top-1 cos", "auroc_top1_cosine"),
                 ("length", "auroc_query_n_tokens"),
             )
-            if (row := _pick(results, "retrieval_calibration", probe_set, "success_at_1", stat))
+            if (row := pick(results, "retrieval_calibration", probe_set, "success_at_1", stat))
         ]
         title = f"{probe_set}: selective accuracy (n = {full['n']:,} queries)\n" + ", ".join(aurocs)
         name = f"selective_accuracy_{probe_set}.png"
@@ -263,13 +178,15 @@ def _data_docs_href(store: Store, run_ids: list[str]) -> str | None:
     return None
 
 
-def render_report(store: Store, model: str, release: str) -> str:
+def render_report(store: Store, model: str, release: str, memory_limit: str | None = None) -> str:
     """Write the release's report (page and plots) and refresh the model's index; returns the page URL.
+    ``memory_limit``: DuckDB's (default: its own); the plots read no more than a grid's counts per probe set
+    (:mod:`pipeline.analysis.report_plots`).
 
     Raises:
         LookupError: nothing of ``model`` at ``release`` is stored under the root.
     """
-    con = open_catalog(store)
+    con = open_catalog(store, memory_limit=memory_limit)
     folder = release_dir(model, release)
     inventory = run_query(con, "report_inventory", model=model, release=release)
     results = run_query(con, "report_results", model=model, release=release)
@@ -282,7 +199,7 @@ def render_report(store: Store, model: str, release: str) -> str:
             f"releases of {model!r}: {[r[0] for r in known] or 'none'}. Run `normaudit audit` first."
         )
     runs = run_query(con, "report_runs", model=model, release=release)
-    figures = _property_plots(con, store, folder, model, release, results) + _retrieval_plots(
+    figures = property_plots(con, store, folder, model, release, results) + _retrieval_plots(
         store, folder, results
     )
     drift = run_query(con, "release_drift", model=model, release=release)

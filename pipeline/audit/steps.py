@@ -388,7 +388,7 @@ def render_report(ctx: AuditContext) -> str:
     """Render the release's HTML report and the model's cross-release index; returns the report's URL."""
     from pipeline.analysis.report import render_report as render  # matplotlib: seconds to import
 
-    return render(ctx.store, ctx.model, ctx.release)
+    return render(ctx.store, ctx.model, ctx.release, memory_limit=ctx.settings.analysis_memory)
 
 
 def render_models_page(ctx: AuditContext) -> str:
