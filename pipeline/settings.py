@@ -16,6 +16,9 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# A size as DuckDB takes it (512MB, 2GiB): NORMAUDIT_ANALYSIS_MEMORY, and any memory limit a catalog is opened with
+MEMORY_SIZE = r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)"
+
 DEFAULT_ROOT = "./normaudit-data"  # the storage root when neither --root nor NORMAUDIT_ROOT names one
 
 
@@ -63,7 +66,7 @@ class Settings(BaseSettings):
         131072, ge=1, description="rows per block of a large probe file, prepared block by block on the workers "
         "(pipeline/probes/blocks.py)")
     analysis_memory: str = Field(
-        "512MB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$",
+        "512MB", pattern=rf"(?i)^\s*{MEMORY_SIZE}\s*$",
         description="DuckDB's memory limit in the audit's analyses (e.g. 512MB, 2GiB): past it DuckDB spills to a "
         "temporary folder, so the worker running them stays flat at any number of items")
     model_cache: str | None = Field(

@@ -255,11 +255,11 @@ def sample_specs(con: duckdb.DuckDBPyConnection) -> list[SampleSpec]:
     return specs
 
 
-def item_sets(con: duckdb.DuckDBPyConnection, specs: list[SampleSpec] | None = None) -> list[ItemSet]:
-    """The samples ``specs`` (default: every one of :func:`sample_specs`) with their rows, grouped by item set:
-    samples over the same items share one."""
+def item_sets(con: duckdb.DuckDBPyConnection, specs: list[SampleSpec]) -> list[ItemSet]:
+    """The samples ``specs`` (of :func:`sample_specs`) with their rows, grouped by item set: samples over the same
+    items share one."""
     sets: dict[tuple[object, bytes], ItemSet] = {}
-    for spec in sample_specs(con) if specs is None else specs:
+    for spec in specs:
         # one sample's rows at a time: at 10 M items all of them at once were 1.35 GB more at the peak
         items = {k: np.asarray(v) for k, v in con.execute(
             "select pos, value, norm, n_tokens, coalesce(zipf, 0) as zipf, d_norm from stg_analysis_values "

@@ -45,7 +45,7 @@ LOOKUP_BLOCK = 1 << 20
 # order of norm, n_tokens, zipf and the value (equal values share one), and ln(norm) and the value less their
 # least (an exact shift, for the conditioning of the sums: each replicate centres them on its own mean)
 _CODES = ("c_norm", "c_tokens", "c_zipf", "c_value")
-_CENTRED = ("x_log_norm", "x_value")
+_SHIFTED = ("x_log_norm", "x_value")
 
 
 def centred_ranks(codes: np.ndarray, n_codes: int, presorted: bool = False) -> np.ndarray:
@@ -147,7 +147,7 @@ def stage_large_sample(con: duckdb.DuckDBPyConnection, spec: SampleSpec, m: int,
                        full: dict[tuple[str, str, str], float]) -> LargeSample:
     """Stage what a draw needs of each item of sample ``spec`` as temporary table ``table``: row ``idx`` (0-based,
     in position order: the draws' index) holds the item's codes and shifted values (:data:`_CODES`,
-    :data:`_CENTRED`). Codes keep the sample's order, ties included: the staged dense ranks of norm and of the
+    :data:`_SHIFTED`). Codes keep the sample's order, ties included: the staged dense ranks of norm and of the
     value over the group (``d_norm``, ``d_value``), n_tokens less its least value, zipf ranked here."""
     zipf = "dense_rank() over (order by zipf) - 1" if "partial_spearman_zipf" in spec.statistics else "0"
     con.execute(f"""
@@ -171,10 +171,10 @@ def stage_large_sample(con: duckdb.DuckDBPyConnection, spec: SampleSpec, m: int,
 
 def gather(con: duckdb.DuckDBPyConnection, large: LargeSample, draws: np.ndarray,
            block: int = LOOKUP_BLOCK) -> dict[str, np.ndarray]:
-    """Each column of :data:`_CODES` and :data:`_CENTRED` at the items ``draws`` (indices into the staged table,
+    """Each column of :data:`_CODES` and :data:`_SHIFTED` at the items ``draws`` (indices into the staged table,
     any shape): one pass over the table, ``block`` rows per query."""
     flat = draws.ravel().astype(np.int64)
-    out = {c: np.empty(len(flat), dtype=np.int32 if c in _CODES else np.float64) for c in (*_CODES, *_CENTRED)}
+    out = {c: np.empty(len(flat), dtype=np.int32 if c in _CODES else np.float64) for c in (*_CODES, *_SHIFTED)}
     blocks = -(-large.n // block)
     if blocks == 1:
         order, bounds = None, np.array([0, len(flat)])

@@ -62,10 +62,10 @@ def stage_replicates(con: duckdb.DuckDBPyConnection, table: str, seed: int, resa
     (:mod:`pipeline.analysis.m_out_of_n`: memory stays bounded whatever n)."""
     if (switch_n is None) != (m is None):
         raise ValueError(f"switch_n={switch_n!r}, m={m!r}: give both (the m-out-of-n route) or neither")
-    specs = sample_specs(con)
-    large = [s for s in specs if switch_n is not None and s.n > switch_n]
-    sets = [with_static(s) for s in item_sets(con, [s for s in specs if s not in large])] if len(large) < len(specs) \
-        else []
+    small, large = [], []
+    for spec in sample_specs(con):
+        (large if switch_n is not None and spec.n > switch_n else small).append(spec)
+    sets = [with_static(s) for s in item_sets(con, small)]
     con.execute(f"create or replace temp table {table} ({TABLE_SCHEMA})")
     # numpy's array operations release the GIL, so chunks of replicates run in parallel on threads
     with ThreadPoolExecutor(max_workers=threads or min(4, len(os.sched_getaffinity(0)))) as pool:

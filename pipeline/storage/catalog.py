@@ -16,6 +16,7 @@ import uuid
 
 import duckdb
 
+from pipeline.settings import MEMORY_SIZE
 from pipeline.storage.store import Store
 from pipeline.storage.verify import raise_if_corrupt, verify_root
 
@@ -188,7 +189,7 @@ def connect(sandbox: Store | None = None, memory_limit: str | None = None) -> du
     return con
 
 
-_MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_MEMORY_LIMIT = re.compile(MEMORY_SIZE, re.IGNORECASE)
 
 
 def _checked_memory_limit(memory_limit: str | None) -> str | None:
