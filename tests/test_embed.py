@@ -6,6 +6,7 @@ Every model here is local (a tiny model built in-process, or the weights shipped
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it
@@ -542,3 +543,47 @@ def test_old_sentence_transformers_layout(tmp_path, tiny_model_dir):
     np.testing.assert_allclose(
         Embedder(resolve_model(mean), device="cpu").embed(texts).norms, base.norms, rtol=1e-5
     )
+
+
+def test_malloc_threshold_follows_the_model_and_maps_larger_blocks(tiny_model_dir):
+    """The mmap threshold sits just above the model's largest activation block: for the tiny model (width 64,
+    4096-token batches: 1 MiB blocks) 2 MiB, so a 3 MiB allocation is mapped on its own (glibc's count of mapped
+    blocks, mallinfo2, rises) while a 1.5 MiB one stays in the heap; MiniLM's width (1536) keeps glibc's
+    32 MiB maximum, and a model whose config names no width gets it too."""
+    from types import SimpleNamespace
+
+    from pipeline.embedding.devices import MMAP_THRESHOLD_MAX, activation_bytes, mmap_threshold_for
+
+    minilm = SimpleNamespace(hidden_size=384, intermediate_size=1536)
+    assert activation_bytes(minilm, 4096) == 4096 * 1536 * 4
+    assert mmap_threshold_for(activation_bytes(minilm, 4096)) == MMAP_THRESHOLD_MAX == 32 * 2**20
+    assert mmap_threshold_for(activation_bytes(SimpleNamespace(hidden_size=32, intermediate_size=64), 4096)) == 2**21
+    assert mmap_threshold_for(activation_bytes(SimpleNamespace(hidden_size=8), 256)) == 2**20  # the floor
+    assert activation_bytes(SimpleNamespace(d_model=512), 4096) is None
+    assert mmap_threshold_for(None) == MMAP_THRESHOLD_MAX
+    # a fresh process: the tuning is process-wide and only ever raised
+    code = f"""
+import ctypes, json
+from pipeline.embedding.embed import Embedder
+from pipeline.embedding.models import get_spec, resolve_model
+
+class Info(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+                                                 "fordblks keepcost").split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+e = Embedder(resolve_model(get_spec({str(tiny_model_dir)!r})), device="cpu")
+mapped = []
+for size in (3 * 2**20, 3 * 2**19):
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(size)
+    mapped.append(libc.mallinfo2().hblks - before)
+    libc.free(block)
+print(json.dumps([e.mmap_threshold, e.batch_tokens, mapped]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    threshold, batch_tokens, mapped = json.loads(out.strip().splitlines()[-1])
+    assert batch_tokens == 4096 and threshold == 2 * 2**20
+    assert mapped == [1, 0]

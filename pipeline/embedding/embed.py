@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.embedding.batching import Tokens, chunk_bounds, computed_ahead, pack_batches, plan_batches
-from pipeline.embedding.devices import HostCopy, keep_freed_memory, pick_device, to_device, to_host
+from pipeline.embedding.devices import (
+    HostCopy,
+    activation_bytes,
+    keep_freed_memory,
+    pick_device,
+    to_device,
+    to_host,
+)
 from pipeline.embedding.models import ResolvedModel, transformer_dir
 from pipeline.embedding.pooling import native_st_pooling
 from pipeline.embedding.precision import check_precision, torch_dtype
@@ -121,10 +128,11 @@ class Embedder:
     on MiniLM; 16384 on GPUs) and ``max_batch_size`` the texts in it; ``threads`` sets torch's
     intra-op threads for this process. ``chunk_texts`` is the most texts tokenized and planned together
     (``None``: 65,536 on CPU, 32,768 on GPUs; 0: all at once); see :meth:`embed`. On CPU, ``keep_memory``
-    tunes the process's malloc so batches reuse their buffers
-    (see :func:`pipeline.embedding.devices.keep_freed_memory`). ``precision`` is the dtype the transformer
-    runs in (float32, bfloat16 or float16; :func:`pipeline.embedding.precision.check_precision` refuses what the
-    device cannot run); vectors and norms are float32 / float64 whatever it is.
+    tunes the process's malloc so batches reuse their buffers, with an mmap threshold just above this model's
+    largest activation block (``mmap_threshold``; see :func:`pipeline.embedding.devices.keep_freed_memory`).
+    ``precision`` is the dtype the transformer runs in (float32, bfloat16 or float16;
+    :func:`pipeline.embedding.precision.check_precision` refuses what the device cannot run); vectors and norms
+    are float32 / float64 whatever it is.
     """
 
     def __init__(
@@ -152,8 +160,6 @@ class Embedder:
         self.device = pick_device(device)
         check_precision(self.device, precision)
         self.precision = precision
-        if keep_memory and self.device == "cpu":
-            keep_freed_memory()
         if batch_tokens is None:
             batch_tokens = CPU_BATCH_TOKENS if self.device == "cpu" else GPU_BATCH_TOKENS
         self.batch_tokens = batch_tokens
@@ -183,6 +189,9 @@ class Embedder:
         self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
         self.tokenizer = TextTokenizer(self._tokenizer, self.max_length)
         self._with_types = self.tokenizer.with_types
+        # the malloc tuning follows this model's batch (set once it is loaded: its width is in its config)
+        self.mmap_threshold = (keep_freed_memory(activation_bytes(self._model.config, self.batch_tokens))
+                               if keep_memory and self.device == "cpu" else 0)
 
     # -- loading ---------------------------------------------------------------------------------
 
