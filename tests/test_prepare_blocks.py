@@ -266,3 +266,45 @@ def test_an_s3_file_on_an_s3_root_is_prepared_in_blocks_as_a_local_one(tmp_path,
         plan = steps.plan_stored_set(ctx, f"set-{fmt}", {}, None)
         assert [r.start for r in plan.refs] == list(range(0, N, 128)) and plan.skipped == 0
     assert ctx.store.glob("prepare/*") == []
+
+
+def test_a_large_stored_set_audited_by_name_is_planned_from_its_files_as_when_loaded(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """A set stored under the root (as ``normaudit probes add`` stores it) and over the pre-flight's size is
+    planned from its files and its texts checked a block at a time: the same shards and the same unknown-token
+    warning as the whole set gives, with and without --limit; the whole-set route is made to fail, so it is
+    never taken. Built-in sets and templates still go the whole way."""
+    from pipeline.audit import preflight, stored_set
+
+    monkeypatch.setattr(preflight, "PREFLIGHT_MAX_BYTES", 10)  # every stored set is "large" now
+    monkeypatch.setattr(stored_set, "BLOCK_ROWS", BLOCK)
+    recs = rows()
+    for k in (5, 700, 1100):
+        recs[k]["text"] = "🙂🙂 ⲁⲃⲅ"
+    ctx = context(tmp_path, tiny_model_dir, shard_size=128)
+    write_probe_tables(ctx.store, load_probe_set(write_csv(tmp_path / "emoji.csv", recs)))
+    whole = read_stored(ctx.store, "emoji")
+    expected = {}
+    for limit in (None, 800, 5, N + 5):
+        todo, skipped, _, _, later = steps._plan(ctx, whole, limit)  # the Python planner, on the loaded set
+        warning = preflight.unknown_token_warning(ctx.settings, ctx.resolved, whole, "emoji", limit)
+        expected[limit] = ([(s.shard_id, s.start, s.size) for s in todo], skipped, later, [warning] if warning else [])
+
+    def loaded_whole(*args):
+        raise AssertionError(f"the stored set was loaded whole: {args[1:]}")
+
+    monkeypatch.setattr(steps, "load_and_store_probes", loaded_whole)
+    monkeypatch.setattr(steps, "run_in_child", loaded_whole)
+    for limit, (shards, skipped, later, warnings) in expected.items():
+        plan = steps.prepare_probes(ctx, "emoji", limit)
+        assert [(r.shard_id, r.start, r.size) for r in plan.refs] == shards
+        assert (plan.skipped, plan.later, plan.warnings) == (skipped, later, warnings)
+    assert "2 of 800 texts" in expected[800][3][0] and "3 of 1200 texts" in expected[None][3][0]
+    assert expected[5][3] == []  # no unknown text among the first 5
+    write_probe_tables(ctx.store, load_probe_set(write_csv(
+        tmp_path / "unknown.csv", [{"item_id": f"u{i}", "text": "🙂"} for i in range(300)])))
+    with pytest.raises(ProbeInputError, match="all 300 texts"):
+        steps.prepare_probes(ctx, "unknown")
+    assert stored_set.planned_from_store("emoji", ctx.settings, ctx.store)
+    for spec in ("wordnet-nouns", "emoji@sentence", str(tmp_path / "emoji.csv"), "absent"):
+        assert not stored_set.planned_from_store(spec, ctx.settings, ctx.store), spec

@@ -28,6 +28,7 @@ from pipeline.analysis.paired import paired_comparison, write_comparison
 from pipeline.audit.child import run_in_child
 from pipeline.audit.context import AuditContext
 from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
+from pipeline.audit.stored_set import planned_from_store, unknown_in_stored
 from pipeline.audit.watch import WatchedModel, discover_releases
 from pipeline.embedding.embed import get_embedder
 from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
@@ -69,11 +70,8 @@ _log = logging.getLogger(__name__)
 CHILD_PROCESS_BYTES = 8 << 20  # a probe file (or stored set) over this is prepared in a child process: ~1 M sentences
 
 def embedding_params(resolved, settings: Settings) -> dict:
-    """Parameters that change the stored rows (and so the shard hashes).
-
-    A reduced ``precision`` is one of them; float32 is left out, so float32 shards keep the hashes they had
-    before precision was a setting.
-    """
+    """Parameters that change the stored rows (and so the shard hashes). A reduced ``precision`` is one of them;
+    float32 is left out, so float32 shards keep the hashes they had before precision was a setting."""
     params = {
         "pooling": resolved.spec.pooling,
         "max_length": resolved.max_length,
@@ -133,11 +131,16 @@ def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, repla
     The flow gets back only a :class:`ProbePlan` (a few hundred bytes per shard), so its memory does not grow
     with the probe set. A probe file too large for the CLI's pre-flight (:data:`pipeline.audit.preflight.
     PREFLIGHT_MAX_BYTES`) has its unknown-token check here instead, and its warning comes back in the plan.
-    A set over :data:`CHILD_PROCESS_BYTES` is prepared in a child process of the worker
-    (:func:`pipeline.audit.child.run_in_child`): millions of items held ~12 GiB for a minute, more than a worker
-    of a 24 GiB machine may keep, and the worker goes on embedding without that memory.
+    A set stored under the root and named by the user, over the pre-flight's size, is planned from its files and
+    checked in blocks (:mod:`pipeline.audit.stored_set`). Another set over :data:`CHILD_PROCESS_BYTES` is prepared
+    in a child process of the worker (:func:`pipeline.audit.child.run_in_child`): millions of items held ~12 GiB
+    for a minute, more than a worker of a 24 GiB machine may keep; the worker goes on without that memory.
     """
     size = checked_on_worker(spec, ctx.settings, ctx.store)
+    if planned_from_store(spec, ctx.settings, ctx.store):  # a large stored set by name: never loaded whole
+        plan = plan_stored_set(ctx, spec, {}, limit)
+        plan.warnings.extend(unknown_in_stored(ctx, spec, limit))
+        return plan
     if size is not None and size > CHILD_PROCESS_BYTES:
         return run_in_child(_prepare, ctx, spec, limit, replace)
     return _prepare(ctx, spec, limit, replace)
@@ -179,11 +182,9 @@ def plan_stored_set(ctx: AuditContext, name: str, set_params: dict, limit: int |
 
 
 def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[list[Shard], int]:
-    """Shards of the first ``limit`` items still to embed, and how many shards were already committed.
-
-    A shard is done only when every item is committed with its current text (item_id and text_sha256,
-    :func:`pipeline.storage.shards.pending_shards`); a changed text is embedded again and its new part replaces
-    the old one when it commits.
+    """Shards of the first ``limit`` items still to embed, and how many shards were already committed. A shard is
+    done only when every item is committed with its current text (item_id and text_sha256,
+    :func:`pipeline.storage.shards.pending_shards`); a changed text's new part replaces the old one when it commits.
     """
     todo, skipped, *_ = _plan(ctx, ps, limit)
     return todo, skipped

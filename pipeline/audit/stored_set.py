@@ -1,0 +1,62 @@
+"""A large probe set audited by name: planned from its stored files, its texts checked in blocks, never loaded whole.
+
+A set stored under the root (by ``normaudit probes add`` or an audit of a probe file) was gated and hashed when it
+was written, and an audit of it by name changes nothing of it: what is left to do before embedding is the
+unknown-token check against the audited model's vocabulary, and the plan of shards still to embed, which
+:func:`pipeline.audit.steps.plan_stored_set` makes in SQL over the files. This module does the check in blocks of
+:data:`BLOCK_ROWS` items, so a scheduled audit of each new release of a model on a stored 10-million-item set holds
+one block, not the set (which loaded whole took gigabytes in a worker's child process).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipeline.audit.context import AuditContext
+from pipeline.audit.preflight import checked_on_worker, unknown_in_block, unknown_message
+from pipeline.probes import brings_file
+from pipeline.probes.base import ITEM_SCHEMA, ProbeInputError, ProbeSet
+from pipeline.probes.builtin import BUILTIN
+from pipeline.probes.stored import EXTERNAL
+from pipeline.probes.templates import split_template
+
+__all__ = ["BLOCK_ROWS", "planned_from_store", "unknown_in_stored"]
+
+BLOCK_ROWS = 262_144  # items read and checked at a time (~30 MB of short sentences)
+
+
+def planned_from_store(spec: str, settings, store) -> bool:
+    """Whether ``spec`` names a set stored under the root that is too large for the CLI's pre-flight: such a set
+    is planned from its files (a built-in or external set is read from its source again: a new version of
+    normaudit or of the data may change it; a stored set inside a template is made by applying the template)."""
+    return (not brings_file(spec) and split_template(spec) is None and spec not in BUILTIN and spec not in EXTERNAL
+            and checked_on_worker(spec, settings, store) is not None)
+
+
+def unknown_in_stored(ctx: AuditContext, name: str, limit: int | None = None) -> list[str]:
+    """The unknown-token warning for the first ``limit`` items (None: all) of stored set ``name`` and the audited
+    model, as a list of at most one message, read a block at a time; raises :class:`ProbeInputError` when every
+    audited text is the unknown token (nothing would be learnt from embedding them)."""
+    store = ctx.store
+    count = audited = 0
+    first: list[str] = []
+    token = None
+    with store.fs.open(store.path(f"{store.probes_dir(name)}/items.parquet"), "rb") as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=BLOCK_ROWS, columns=list(ITEM_SCHEMA)):
+            items = pl.from_arrow(batch)
+            if limit is not None:
+                items = items.head(limit - audited)
+            found = unknown_in_block(ctx.resolved, ProbeSet(name=name, items=items)) if items.height else None
+            audited += items.height
+            if found is not None and found[0]:
+                count, token = count + len(found[0]), found[1]
+                first.extend(found[0][:6 - len(first)])
+            if limit is not None and audited >= limit:
+                break
+    if not count:
+        return []
+    message = unknown_message(name, first, count, audited, token, f"model {ctx.resolved.spec.name!r}")
+    if count == audited:
+        raise ProbeInputError(message)
+    return [message]
