@@ -197,3 +197,22 @@ def test_a_parquet_result_keeps_blobs_and_writes_unions_as_text(tmp_path, inputs
                           "select 'x'::blob as b, union_value(k := 1) as u"])
     assert out.returncode == 0, out.stderr
     assert pl.read_parquet(target).rows() == [(b"x", "1")]
+
+
+def test_an_analysis_memory_too_small_names_the_setting_and_a_rerun_with_more_finishes(tmp_path, inputs,
+                                                                                        tiny_model_dir):
+    """DuckDB's out-of-memory error in the analyses is said as the setting to raise (not DuckDB's own advice,
+    `SET memory_limit`, which a user of the CLI cannot reach); the embeddings stay committed and the rerun
+    with the default budget finishes the audit."""
+    root = tmp_path / "root"
+    args = ["audit", "--model", str(tiny_model_dir), "--probes", str(inputs["words"]), "--root", str(root)]
+    out = _run(tmp_path, args, NORMAUDIT_ANALYSIS_MEMORY="1MB")
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and ": pipeline.MemoryBudgetError: the analyses needed more than " \
+        "NORMAUDIT_ANALYSIS_MEMORY=1MB of DuckDB memory" in errors[0], out.stderr[-3000:]
+    assert "set NORMAUDIT_ANALYSIS_MEMORY higher" in errors[0] and "SET memory_limit" not in errors[0]
+    again = _run(tmp_path, args)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "words: nothing to embed: all 1 shards were already committed" in again.stdout + again.stderr
+    assert "report: " in again.stdout

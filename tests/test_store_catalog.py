@@ -9,7 +9,15 @@ import pytest
 
 from pipeline.names import check_name
 from pipeline.settings import Settings
-from pipeline.storage.catalog import ReadOnlyError, check_read_only, connect, open_catalog, run_read_only
+from pipeline.storage.catalog import (
+    MemoryBudgetError,
+    ReadOnlyError,
+    check_read_only,
+    connect,
+    open_catalog,
+    run_read_only,
+    within_memory,
+)
 from pipeline.storage.parts import embeddings_table, encode_table, write_part
 from pipeline.storage.shards import split_shards
 from pipeline.storage.store import StorageError, Store
@@ -74,6 +82,20 @@ def test_a_memory_limit_bounds_duckdb_which_spills_past_it_and_a_bad_one_is_name
             connect(memory_limit=bad)
     with pytest.raises(ValueError, match="analysis_memory"):
         Settings(analysis_memory="lots")
+
+
+def test_duckdb_out_of_memory_in_a_step_is_said_as_the_setting_to_raise(tmp_path):
+    """What DuckDB cannot spill (one list of 2 M numbers) under a step's budget raises MemoryBudgetError naming the
+    setting and its value, chained to DuckDB's error; other DuckDB errors pass through unchanged."""
+    con = connect(memory_limit="4MB")
+    said = r"^the report needed more than NORMAUDIT_ANALYSIS_MEMORY=4MB of DuckDB memory, even spilling to disk \(Out"
+    with pytest.raises(MemoryBudgetError, match=said) as err, within_memory("4MB", "the report"):
+        con.execute("select list(range) from range(2000000)").fetchall()
+    assert isinstance(err.value.__cause__, duckdb.OutOfMemoryException) and "set NORMAUDIT_ANALYSIS_MEMORY higher" \
+        in str(err.value)
+    with pytest.raises(duckdb.ParserException), within_memory("4MB", "the report"):
+        con.execute("selec 1").fetchall()
+    con.close()
 
 
 def test_written_but_uncommitted_part_is_invisible(tmp_path):

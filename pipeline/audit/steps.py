@@ -40,7 +40,7 @@ from pipeline.probes.stored import refuse_silent_replace
 from pipeline.quality import datadocs, gates
 from pipeline.settings import Settings
 from pipeline.storage import lease
-from pipeline.storage.catalog import open_catalog
+from pipeline.storage.catalog import open_catalog, within_memory
 from pipeline.storage.parts import (
     PART_NAME,
     WrittenPart,
@@ -321,7 +321,8 @@ def write_token_properties(store: Store, model: str, release: str, norms: pl.Dat
 
 def run_analyses(ctx: AuditContext) -> pl.DataFrame:
     """Run the audit's analyses over committed data; store their ``results`` rows and the ``claims`` they decide."""
-    return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id, memory_limit=ctx.settings.analysis_memory)
+    with within_memory(limit := ctx.settings.analysis_memory, "the analyses"):
+        return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id, memory_limit=limit)
 
 
 def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
@@ -330,18 +331,15 @@ def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tup
     With a previous release, the paired bootstrap of every statistic on the items both releases embedded
     runs first (only then: a first release costs nothing here); it is stored as this run's comparison
     (view ``comparisons``) with its page under ``reports/compare/``, and its intervals decide which moves
-    are beyond noise (``thresholds.require_significant``). Returns ``(previous_release or None, alerts)``.
-    """
+    are beyond noise (``thresholds.require_significant``). Returns ``(previous_release or None, alerts)``."""
     con = open_catalog(ctx.store, memory_limit=ctx.settings.analysis_memory)
-    try:
+    with within_memory(ctx.settings.analysis_memory, "the comparison with the previous release"), con:
         previous = previous_release(con, ctx.model, ctx.release)
         if previous is None:
             return None, pl.DataFrame(schema=ALERT_COLUMNS)
         base, other = (ctx.model, previous[0]), (ctx.model, ctx.release)
         paired = paired_comparison(con, base, other)
         _, alerts = compare_runs(con, ctx.model, ctx.release, ctx.run_id, previous, thresholds, paired)
-    finally:
-        con.close()
     write_alerts(ctx.store, ctx.run_id, alerts)
     write_comparison(ctx.store, ctx.run_id, paired)
     render_comparison_page(ctx.store, paired, base, other, alerts["message"].to_list())
@@ -360,8 +358,7 @@ def build_data_docs(ctx: AuditContext) -> str | None:
     try:
         return datadocs.build_data_docs(ctx.store, ctx.run_id)
     except Exception as exc:  # noqa: BLE001 - the audit is committed and recorded: the docs are a view of it
-        _log.warning("Data Docs for run %s were not built: %s: %s", ctx.run_id,
-                                            type(exc).__name__, exc)
+        _log.warning("Data Docs for run %s were not built: %s: %s", ctx.run_id, type(exc).__name__, exc)
         return None
 
 
@@ -389,7 +386,8 @@ def render_report(ctx: AuditContext) -> str:
     """Render the release's HTML report and the model's cross-release index; returns the report's URL."""
     from pipeline.analysis.report import render_report as render  # matplotlib: seconds to import
 
-    return render(ctx.store, ctx.model, ctx.release, memory_limit=ctx.settings.analysis_memory)
+    with within_memory(ctx.settings.analysis_memory, "the report"):
+        return render(ctx.store, ctx.model, ctx.release, memory_limit=ctx.settings.analysis_memory)
 
 
 def render_models_page(ctx: AuditContext) -> str:

@@ -9,10 +9,12 @@ text that has since changed is never joined to the new text.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
 import uuid
+from collections.abc import Iterator
 
 import duckdb
 
@@ -196,6 +198,27 @@ def _checked_memory_limit(memory_limit: str | None) -> str | None:
     if memory_limit is None or _MEMORY_LIMIT.fullmatch(memory_limit.strip()):
         return memory_limit and memory_limit.strip()
     raise ValueError(f"memory limit {memory_limit!r}: give a size such as 512MB or 2GiB")
+
+
+class MemoryBudgetError(MemoryError):
+    """DuckDB needed more memory than a step's budget allows, even spilling to disk: the message names the setting
+    that sets the budget and what to do."""
+
+
+@contextlib.contextmanager
+def within_memory(limit: str | None, what: str, setting: str = "NORMAUDIT_ANALYSIS_MEMORY") -> Iterator[None]:
+    """Run ``what``'s DuckDB work on connections of memory limit ``limit`` (from ``setting``): DuckDB's
+    out-of-memory error (a sort or window it cannot spill far enough) becomes a :class:`MemoryBudgetError` that
+    says which setting to raise, instead of DuckDB's advice to change its own settings, which the user cannot
+    reach."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MemoryBudgetError(
+            f"{what} needed more than {setting}={limit} of DuckDB memory, even spilling to disk ({said}): set "
+            f"{setting} higher (e.g. 1GB; 512MB is enough for the analyses of 10 M items) and run it again"
+        ) from exc
 
 
 def sandbox_directories(store: Store) -> list[str]:
