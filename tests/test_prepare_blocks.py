@@ -268,20 +268,27 @@ def test_an_s3_file_on_an_s3_root_is_prepared_in_blocks_as_a_local_one(tmp_path,
     assert ctx.store.glob("prepare/*") == []
 
 
+@pytest.mark.parametrize("root", ["local", "s3"])
 def test_a_large_stored_set_audited_by_name_is_planned_from_its_files_as_when_loaded(
-        tmp_path, tiny_model_dir, monkeypatch):
+        tmp_path, tiny_model_dir, monkeypatch, request, root):
     """A set stored under the root (as ``normaudit probes add`` stores it) and over the pre-flight's size is
     planned from its files and its texts checked a block at a time: the same shards and the same unknown-token
     warning as the whole set gives, with and without --limit; the whole-set route is made to fail, so it is
-    never taken. Built-in sets and templates still go the whole way."""
+    never taken. Built-in sets and templates still go the whole way. On a local root and on an S3 one (a real
+    S3 server on loopback: each block is read through the store's s3fs and retries)."""
     from pipeline.audit import preflight, stored_set
+    from pipeline.settings import load_settings
 
     monkeypatch.setattr(preflight, "PREFLIGHT_MAX_BYTES", 10)  # every stored set is "large" now
     monkeypatch.setattr(stored_set, "BLOCK_ROWS", BLOCK)
     recs = rows()
     for k in (5, 700, 1100):
         recs[k]["text"] = "🙂🙂 ⲁⲃⲅ"
-    ctx = context(tmp_path, tiny_model_dir, shard_size=128)
+    if root == "s3":
+        settings = load_settings(root=request.getfixturevalue("s3_env"), probe_block_rows=BLOCK, shard_size=128)
+        ctx = AuditContext(settings, "tiny", "r", "run-1", steps.resolve(str(tiny_model_dir)))
+    else:
+        ctx = context(tmp_path, tiny_model_dir, shard_size=128)
     write_probe_tables(ctx.store, load_probe_set(write_csv(tmp_path / "emoji.csv", recs)))
     whole = read_stored(ctx.store, "emoji")
     expected = {}

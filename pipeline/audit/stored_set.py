@@ -20,6 +20,8 @@ from pipeline.probes.base import ITEM_SCHEMA, ProbeInputError, ProbeSet
 from pipeline.probes.builtin import BUILTIN
 from pipeline.probes.stored import EXTERNAL
 from pipeline.probes.templates import split_template
+from pipeline.storage.plan import items_rows
+from pipeline.storage.shards import read_rows
 
 __all__ = ["BLOCK_ROWS", "planned_from_store", "unknown_in_stored"]
 
@@ -39,21 +41,24 @@ def unknown_in_stored(ctx: AuditContext, name: str, limit: int | None = None) ->
     model, as a list of at most one message, read a block at a time; raises :class:`ProbeInputError` when every
     audited text is the unknown token (nothing would be learnt from embedding them)."""
     store = ctx.store
-    count = audited = 0
+    rel = f"{store.probes_dir(name)}/items.parquet"
+    total = items_rows(store, name)
+    audited = total if limit is None else min(limit, total)
+    count = 0
     first: list[str] = []
     token = None
-    with store.fs.open(store.path(f"{store.probes_dir(name)}/items.parquet"), "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=BLOCK_ROWS, columns=list(ITEM_SCHEMA)):
-            items = pl.from_arrow(batch)
-            if limit is not None:
-                items = items.head(limit - audited)
-            found = unknown_in_block(ctx.resolved, ProbeSet(name=name, items=items)) if items.height else None
-            audited += items.height
-            if found is not None and found[0]:
-                count, token = count + len(found[0]), found[1]
-                first.extend(found[0][:6 - len(first)])
-            if limit is not None and audited >= limit:
-                break
+    for start in range(0, audited, BLOCK_ROWS):
+        size = min(BLOCK_ROWS, audited - start)
+
+        def read(start=start, size=size):  # each block read on its own, under the store's retries (S3)
+            with store.fs.open(store.path(rel), "rb") as fh:
+                return read_rows(pq.ParquetFile(fh), start, size, list(ITEM_SCHEMA))
+
+        items = pl.from_arrow(store.retry(read, f"read {rel}"))
+        found = unknown_in_block(ctx.resolved, ProbeSet(name=name, items=items))
+        if found is not None and found[0]:
+            count, token = count + len(found[0]), found[1]
+            first.extend(found[0][:6 - len(first)])
     if not count:
         return []
     message = unknown_message(name, first, count, audited, token, f"model {ctx.resolved.spec.name!r}")
