@@ -312,6 +312,9 @@ def test_a_large_stored_set_audited_by_name_is_planned_from_its_files_as_when_lo
         tmp_path / "unknown.csv", [{"item_id": f"u{i}", "text": "🙂"} for i in range(300)])))
     with pytest.raises(ProbeInputError, match="all 300 texts"):
         steps.prepare_probes(ctx, "unknown")
-    assert stored_set.planned_from_store("emoji", ctx.settings, ctx.store)
+    def planned(spec: str) -> bool:
+        return stored_set.planned_from_store(spec, preflight.checked_on_worker(spec, ctx.settings, ctx.store))
+
+    assert planned("emoji")
     for spec in ("wordnet-nouns", "emoji@sentence", str(tmp_path / "emoji.csv"), "absent"):
-        assert not stored_set.planned_from_store(spec, ctx.settings, ctx.store), spec
+        assert not planned(spec), spec

@@ -137,7 +137,7 @@ def prepare_probes(ctx: AuditContext, spec: str, limit: int | None = None, repla
     for a minute, more than a worker of a 24 GiB machine may keep; the worker goes on without that memory.
     """
     size = checked_on_worker(spec, ctx.settings, ctx.store)
-    if planned_from_store(spec, ctx.settings, ctx.store):  # a large stored set by name: never loaded whole
+    if planned_from_store(spec, size):  # a large stored set by name: never loaded whole
         plan = plan_stored_set(ctx, spec, {}, limit)
         plan.warnings.extend(unknown_in_stored(ctx, spec, limit))
         return plan

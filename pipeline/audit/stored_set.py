@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.audit.context import AuditContext
-from pipeline.audit.preflight import checked_on_worker, unknown_in_block, unknown_message
+from pipeline.audit.preflight import unknown_in_block, unknown_message
 from pipeline.probes import brings_file
 from pipeline.probes.base import ITEM_SCHEMA, ProbeInputError, ProbeSet
 from pipeline.probes.builtin import BUILTIN
@@ -28,12 +28,13 @@ __all__ = ["BLOCK_ROWS", "planned_from_store", "unknown_in_stored"]
 BLOCK_ROWS = 262_144  # items read and checked at a time (~30 MB of short sentences)
 
 
-def planned_from_store(spec: str, settings, store) -> bool:
-    """Whether ``spec`` names a set stored under the root that is too large for the CLI's pre-flight: such a set
-    is planned from its files (a built-in or external set is read from its source again: a new version of
-    normaudit or of the data may change it; a stored set inside a template is made by applying the template)."""
-    return (not brings_file(spec) and split_template(spec) is None and spec not in BUILTIN and spec not in EXTERNAL
-            and checked_on_worker(spec, settings, store) is not None)
+def planned_from_store(spec: str, size: int | None) -> bool:
+    """Whether ``spec`` names a set stored under the root that is too large for the CLI's pre-flight (``size``:
+    :func:`~pipeline.audit.preflight.checked_on_worker`'s answer for it): such a set is planned from its files (a
+    built-in or external set is read from its source again: a new version of normaudit or of the data may change
+    it; a stored set inside a template is made by applying the template)."""
+    return (size is not None and not brings_file(spec) and split_template(spec) is None and spec not in BUILTIN
+            and spec not in EXTERNAL)
 
 
 def unknown_in_stored(ctx: AuditContext, name: str, limit: int | None = None) -> list[str]:
