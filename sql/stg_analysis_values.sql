@@ -23,34 +23,17 @@
 --   d_value    dense rank of the value in its group, from 0
 -- Values are ranked by counting equal values where a group has few distinct values (integer properties,
 -- rounded scores) and by sorting where it has many; the choice only changes the cost.
--- params:  $model, $release
+-- It reads stg_analysis_items (sql/stg_analysis_items.sql: per-item positions and ranks), staged just before it
+-- for the same scope: no parameters of its own.
 -- Positions and counts are 32-bit integers: the table is the largest thing an audit holds in memory.
 -- columns: group_key, pos, value, norm, n_tokens, zipf, r_norm, d_norm, norm_tied, r_tokens, r_zipf,
 --          value_start, value_count, d_value
 with
 
-zipf as (
-    select probe_set, item_id, value as zipf from probe_properties where property = 'zipf'
-),
-
-embeddings_in_scope as (
-    select
-        e.probe_set, e.item_id, e.norm, e.n_tokens, z.zipf,
-        row_number() over (partition by e.probe_set order by e.item_id) - 1 as pos,
-        (rank() over w_norm + count(*) over w_norm) / 2.0 as r_norm,
-        dense_rank() over w_norm - 1 as d_norm,
-        -- tied where the rows through its tie group outnumber the rows up to the group's first (its rank)
-        count(*) over w_norm > rank() over w_norm as norm_tied
-    from embeddings as e
-    left join zipf as z on z.probe_set = e.probe_set and z.item_id = e.item_id
-    where e.model = $model and e.release = $release
-    window w_norm as (partition by e.probe_set order by e.norm)
-),
-
 -- zipf is ranked only over probe sets where every embedded item has one
 zipf_coverage as (
     select probe_set, count(zipf) = count(*) as all_have_zipf
-    from embeddings_in_scope
+    from stg_analysis_items
     group by probe_set
 ),
 
@@ -61,7 +44,7 @@ token_ranks as (
         probe_set, n_tokens,
         sum(c) over (partition by probe_set order by n_tokens rows between unbounded preceding and current row)
             - (c - 1) / 2.0 as r
-    from (select probe_set, n_tokens, count(*) as c from embeddings_in_scope group by all)
+    from (select probe_set, n_tokens, count(*) as c from stg_analysis_items group by all)
 ),
 
 zipf_ranks as (
@@ -71,7 +54,7 @@ zipf_ranks as (
             - (c - 1) / 2.0 as r
     from (
         select probe_set, zipf, count(*) as c
-        from embeddings_in_scope
+        from stg_analysis_items
         where probe_set in (select probe_set from zipf_coverage where all_have_zipf)
         group by all
     )
@@ -95,7 +78,7 @@ joined as materialized (
         e.norm_tied,
         t.r as r_tokens,
         z.r as r_zipf
-    from embeddings_in_scope as e
+    from stg_analysis_items as e
     inner join token_ranks as t on t.probe_set = e.probe_set and t.n_tokens = e.n_tokens
     left join zipf_ranks as z on z.probe_set = e.probe_set and z.zipf = e.zipf
     inner join properties as p on p.probe_set = e.probe_set and p.item_id = e.item_id

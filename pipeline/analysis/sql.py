@@ -21,6 +21,11 @@ ANALYSIS_STAGED = ("stg_analysis_groups", "stg_analysis_values")
 # Staged queries, materialized once per connection and scope for every query that names them. The units of
 # hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
 STAGED_QUERIES = (*ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
+# Staged queries built in more than one statement: the tables named here are staged first (each its own SQL file)
+# and dropped once the query that reads them is. One statement per step spills within the analyses' memory limit
+# where the whole query in one did not: at 256MB, 10 M items in one statement, or 1 M with the string joins and
+# the ranking of norms in one, failed.
+STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_positions", "stg_analysis_items")}
 # Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
 REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
@@ -48,14 +53,19 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     """Materialize staged query ``sql/<name>.sql`` as a temporary table ``name`` for one scope.
 
     Once per connection and (model, release): the analyses that read it then share one string join
-    and one sort of item ids. Open a new catalog after committing more data (a catalog is a snapshot).
+    and one sort of item ids. A query with steps (:data:`STAGED_STEPS`) stages them first, one statement each,
+    and drops them after. Open a new catalog after committing more data (a catalog is a snapshot).
     """
     if staged_for(con, name) == (model, release, None):
         return
-    sql = load_sql(name)
+    steps = STAGED_STEPS.get(name, ())
     with _any_row_order(con):
-        params = bind_params(sql, {"model": model, "release": release})
-        con.execute(f"create or replace temp table {name} as {sql}", params)
+        for table in (*steps, name):
+            sql = load_sql(table)
+            con.execute(f"create or replace temp table {table} as {sql}",
+                        bind_params(sql, {"model": model, "release": release}))
+        for table in steps:  # read once, by ``name``: its rows need not outlive it (nor fill the spill folder)
+            con.execute(f"drop table {table}")
     record_staged(con, name, model, release)
 
 
