@@ -66,7 +66,7 @@ class Settings(BaseSettings):
         131072, ge=1, description="rows per block of a large probe file, prepared block by block on the workers "
         "(pipeline/probes/blocks.py)")
     analysis_memory: str = Field(
-        "512MB", pattern=rf"(?i)^\s*{MEMORY_SIZE}\s*$",
+        "256MB", pattern=rf"(?i)^\s*{MEMORY_SIZE}\s*$",
         description="DuckDB's memory limit in the audit's analyses (e.g. 512MB, 2GiB): past it DuckDB spills to a "
         "temporary folder, so the worker running them stays flat at any number of items")
     model_cache: str | None = Field(

@@ -217,7 +217,7 @@ def within_memory(limit: str | None, what: str, setting: str = "NORMAUDIT_ANALYS
         said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise MemoryBudgetError(
             f"{what} needed more than {setting}={limit} of DuckDB memory, even spilling to disk ({said}): set "
-            f"{setting} higher (e.g. 1GB; 512MB is enough for the analyses of 10 M items) and run it again"
+            f"{setting} higher (e.g. 1GB; 256MB is enough for the analyses of 10 M items) and run it again"
         ) from exc
 
 

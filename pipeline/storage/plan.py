@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pipeline.storage.shards import shard_id
 from pipeline.storage.store import Manifest, Store
 
-MEMORY_LIMIT = "512MB"  # DuckDB spills to its temp directory past this: a worker's memory stays flat at any size
+MEMORY_LIMIT = "256MB"  # DuckDB spills to its temp directory past this: a worker's memory stays flat at any size
 
 
 @dataclass(frozen=True)
