@@ -33,6 +33,7 @@ from pipeline.analysis.sql import (
     BOOTSTRAP,
     DEFAULT_PARAMS,
     STAGED_QUERIES,
+    any_row_order,
     ensure_bootstrap_replicates,
     forget_staged,
     load_sql,
@@ -131,8 +132,14 @@ def shared_embeddings(con: duckdb.DuckDBPyConnection, base: tuple[str, str],
     inside are forgotten on leaving, and the view dropped: the connection is then as before.
     """
     database = con.execute("select current_database()").fetchone()[0]
-    con.execute("create or replace temp table paired_shared_items as "
-                "select * from (" + load_sql("paired_shared_items") + ")", side_params(base, other))
+    sides_sql = load_sql("paired_side_items")  # each side on its own, then intersected: each statement spills alone
+    with any_row_order(con):  # sets of items: their order is no one's
+        for table, (model, release) in (("paired_base_items", base), ("paired_other_items", other)):
+            con.execute(f"create or replace temp table {table} as select * from ({sides_sql})",
+                        {"model": model, "release": release})
+        con.execute("create or replace temp table paired_shared_items as "
+                    "select * from (" + load_sql("paired_shared_items") + ")")
+    con.execute("drop table paired_base_items; drop table paired_other_items")
     forget_staged(con, *_SHARED_STAGED)
     quoted = '"' + database.replace('"', '""') + '"'
     # view DDL takes no parameters; the database name is quoted above
