@@ -1,5 +1,5 @@
 -- stg_analysis_items: one row per embedded item of the release, with the ranks of its norm that
--- stg_analysis_values gives each of its property rows. The second of the three statements that stage
+-- stg_analysis_values gives each of its property rows. The third of the four statements that stage
 -- stg_analysis_values (pipeline/analysis/sql.py): it reads stg_analysis_positions, staged just before it for
 -- the same scope, and is dropped once stg_analysis_values is staged.
 --   r_norm     average rank of norm among the probe set's embedded items (ties share the mean rank)

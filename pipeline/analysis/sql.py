@@ -25,7 +25,7 @@ STAGED_QUERIES = (*ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
 # and dropped once the query that reads them is. One statement per step spills within the analyses' memory limit
 # where the whole query in one did not: at 256MB, 10 M items in one statement, or 1 M with the string joins and
 # the ranking of norms in one, failed.
-STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_positions", "stg_analysis_items")}
+STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_scope", "stg_analysis_positions", "stg_analysis_items")}
 # Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
 REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
@@ -59,7 +59,7 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     if staged_for(con, name) == (model, release, None):
         return
     steps = STAGED_STEPS.get(name, ())
-    with _any_row_order(con):
+    with any_row_order(con):
         for table in (*steps, name):
             sql = load_sql(table)
             con.execute(f"create or replace temp table {table} as {sql}",
@@ -70,7 +70,7 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
 
 
 @contextmanager
-def _any_row_order(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def any_row_order(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Let DuckDB keep rows in any order inside: a staged table (queries order their output) is then
     written in parallel, about three times cheaper. The connection's own setting is restored after."""
     keep = con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]
