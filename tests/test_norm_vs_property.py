@@ -92,13 +92,17 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path, kind
 
 def test_staged_ranks_match_scipy(synthetic_store):
     """The ranks stg_analysis_values stages for every analysis, by counting (min_depth: few values) and
-    by sorting (zipf: many), against scipy's average and dense ranks."""
-    from pipeline.analysis.sql import ensure_staged
+    by sorting (zipf: many), against scipy's average and dense ranks. It is staged in steps (positions, norm
+    ranks, values), whose tables are gone once it is."""
+    from pipeline.analysis.sql import STAGED_STEPS, ensure_staged
 
     store, norms, zipf, depth, _ = synthetic_store
     con = open_catalog(store)
     for table in ("stg_analysis_groups", "stg_analysis_values"):
         ensure_staged(con, table, "m", "r1")
+    tables = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+    assert {"stg_analysis_groups", "stg_analysis_values"} <= tables
+    assert STAGED_STEPS["stg_analysis_values"] and not tables & set(STAGED_STEPS["stg_analysis_values"])
     staged = con.sql(
         "select g.property, v.* from stg_analysis_values as v join stg_analysis_groups as g using (group_key) "
         "order by g.property, v.pos"
