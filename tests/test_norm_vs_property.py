@@ -92,8 +92,8 @@ def test_items_without_zipf_are_left_out_of_the_frequency_control(tmp_path, kind
 
 def test_staged_ranks_match_scipy(synthetic_store):
     """The ranks stg_analysis_values stages for every analysis, by counting (min_depth: few values) and
-    by sorting (zipf: many), against scipy's average and dense ranks. It is staged in steps (positions, norm
-    ranks, values), whose tables are gone once it is."""
+    by sorting (zipf: many), against scipy's average and dense ranks. It is staged in steps (the release's rows,
+    positions, norm ranks, then the values), whose tables are gone once it is."""
     from pipeline.analysis.sql import STAGED_STEPS, ensure_staged
 
     store, norms, zipf, depth, _ = synthetic_store
