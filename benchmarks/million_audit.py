@@ -63,6 +63,9 @@ class TreeSampler:
     def __init__(self, pid: int, every_s: float = 0.5):
         self.root = psutil.Process(pid)
         self.peak: dict[int, tuple[str, int]] = {}
+        # set ``phase`` to a callable naming the audit's current phase to also get each process's peak per phase
+        self.phase = None
+        self.phase_peak: dict[tuple[int, str], int] = {}
         self.cpu: dict[int, float] = {}  # last seen user + system CPU seconds per process
         self.peak_at: dict[int, float] = {}  # seconds after the start when the peak was seen
         self.t0 = time.monotonic()
@@ -99,6 +102,9 @@ class TreeSampler:
                     continue
                 self.cpu[p.pid] = times.user + times.system
                 self.seen.add(p.pid)
+                if self.phase is not None:
+                    key = (p.pid, self.phase())
+                    self.phase_peak[key] = max(self.phase_peak.get(key, 0), rss)
                 label, old = self.peak.get(p.pid, (None, 0))
                 if rss > old:
                     self.peak[p.pid] = (label or self.label(p, self.root), rss)

@@ -16,7 +16,9 @@ PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script p
 - parts committed per second: parts in the partition's manifest / seconds of the embedding phase
   (``embed_probes`` in ``--timings``);
 - peak RSS and CPU-seconds of every process of the audit (the CLI process holds the flow and the local Dask
-  scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds;
+  scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds, whole and in each phase
+  (until the first commit, while rows commit, after the last one), with each process's ratio largest /
+  smallest size to three decimals (workers ranked by their peak: #1 is the larger);
 - the CLI's CPU-seconds and RSS at each tenth of the rows committed (polled from the manifest) and at the
   moment the last row is committed, the end of the embedding phase, so the commit path's CPU and that of
   the analyses and the report after it can be told apart; the analyses' seconds (``run_analyses``);
@@ -63,6 +65,9 @@ GIB = 2**30
 SET = "template-sentences"
 PAIR_JOIN = " and a "
 # the probe file's set name is its stem; the same name at every size (each size has its own fresh root)
+# an audit's phases as the benchmark tells them apart: no row committed yet (start-up, the probe preparation and
+# the first shards), rows committing, every row committed (the analyses, the report, the shutdown)
+PHASES = ("until the first commit", "embedding", "analyses and report")
 PLAIN_SLICE = 50_000  # texts per plain-encode job: small enough to spread evenly over the processes
 
 
@@ -244,6 +249,12 @@ class Watch:
             time.sleep(self.poll_s)
         return self.proc.wait()
 
+    def phase(self) -> str:
+        """The audit's phase as the manifest shows it (see :data:`PHASES`)."""
+        if self.embed_end is not None:
+            return PHASES[2]
+        return PHASES[1] if self.rows else PHASES[0]
+
     def stop(self, now: float, rss: int, available: int) -> None:
         self.stopped = (f"stopped at {self.rows:,} rows committed ({self.parts} parts), CLI RSS {rss / GIB:.2f} GiB "
                         f"at {now:.0f} s (available memory {available / GIB:.2f} GiB)")
@@ -270,6 +281,7 @@ def audit(args, env: dict, tiny: str, probes: str, root: str, log: Path, n: int)
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=Path(root).parent)
         sampler = TreeSampler(proc.pid, every_s=args.poll)
         watch = Watch(proc, root, n, int(args.min_available_gib * GIB), args.poll)
+        sampler.phase = watch.phase
         rc = watch.run()
     wall = time.perf_counter() - t
     sampler.stop()
@@ -338,9 +350,18 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
     print(f"lowest available memory during the audit: {watch.min_seen / GIB:.1f} GiB")
     res["procs"] = {}  # label -> CPU-seconds of each process with that label
     res["peaks"] = {}  # label -> the largest peak RSS of a process with that label
+    res["ranked"] = {}  # "label #k" (k-th largest peak of that label) -> {phase: peak RSS}, "whole" included
     for pid, (label, rss) in sorted(sampler.peak.items()):
         res["procs"].setdefault(label, []).append(sampler.cpu.get(pid, 0.0))
         res["peaks"][label] = max(res["peaks"].get(label, 0), rss)
+    print("peak RSS by phase (" + " / ".join(PHASES) + "):")
+    for label in dict.fromkeys(label for label, _ in sampler.peak.values()):
+        pids = sorted((pid for pid, (lab, _) in sampler.peak.items() if lab == label),
+                      key=lambda pid: -sampler.peak[pid][1])
+        for k, pid in enumerate(pids, 1):
+            phases = {ph: sampler.phase_peak.get((pid, ph), 0) for ph in PHASES}
+            res["ranked"][f"{label} #{k}"] = {"whole": sampler.peak[pid][1], **phases}
+            print(f"  {label} #{k} (pid {pid}): " + " / ".join(f"{v / GIB:.3f}" for v in phases.values()) + " GiB")
     prep = timings.get(PREPARATION) or timings.get("prepare_probes")  # the latter: code before the blocks
     res["prep_s"] = prep[1] if prep else None
     if prep and not watch.stopped:
@@ -377,6 +398,16 @@ def summary(results: list[dict]) -> None:
         peaks = [r["peaks"].get(label) for r in results]
         ratio = f"{peaks[-1] / peaks[0]:.2f}" if peaks[0] and peaks[-1] else "—"
         print(f"| {label} | " + " | ".join(f"{p / GIB:.2f} GiB" if p else "—" for p in peaks) + f" | {ratio} |")
+    ranked = list(dict.fromkeys(key for r in results for key in r["ranked"]))
+    print("\npeak RSS of each process, whole audit and by phase (#1 is the process of its kind with the largest peak):")
+    print("| process | phase | " + " | ".join(f"{r['n']:,}" for r in results) + " | largest / smallest size |")
+    print("|---|---|" + "---|" * len(results) + "---|")
+    for key in ranked:
+        for phase in ("whole", *PHASES):
+            peaks = [r["ranked"].get(key, {}).get(phase) for r in results]
+            ratio = f"{peaks[-1] / peaks[0]:.3f}" if peaks[0] and peaks[-1] else "—"
+            print(f"| {key} | {phase} | " + " | ".join(f"{p / GIB:.3f} GiB" if p else "—" for p in peaks)
+                  + f" | {ratio} |")
     for r in results:
         share = f"{r['prep_s']:.1f} s, {r['prep_s'] / r['wall']:.1%} of the audit" if r["prep_s"] else "—"
         print(f"probe preparation at {r['n']:,}: {share}")
