@@ -113,10 +113,11 @@ class _Progress:
 CPU_BATCH_TOKENS = 4096
 GPU_BATCH_TOKENS = 16384
 # Texts per chunk (see pipeline.embedding.batching.chunk_bounds). On a GPU, chunks overlap tokenization with the
-# device. On CPU tokenizing is ~1% of the time and the helper thread competes with torch's threads
-# (chunks of 4,096 took 15% longer on 20,000 words, 2 cores), so one chunk covers any audit shard
-# (4,096 texts) and chunks only bound memory on very large inputs.
-CPU_CHUNK_TEXTS = 65536
+# device. On CPU they bound what a shard's tokens hold (the Rust encodings and their id lists, ~1.5 KiB a short
+# sentence): at 16,384 a worker embedding 131,072-sentence shards peaks ~0.2 GiB lower than at 65,536, in the
+# same time (docs/benchmarks.md, issue 36's fifth part); chunks of 4,096 took 15% longer on 20,000 words (each
+# chunk is sorted by length on its own, and short chunks leave batches less full).
+CPU_CHUNK_TEXTS = 16384
 GPU_CHUNK_TEXTS = 32768
 
 
