@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -271,18 +272,27 @@ def _check_stats(stats, res) -> None:
 @pytest.mark.parametrize("queue_ahead", [False, True], ids=["cpu-flow", "gpu-flow"])
 def test_chunks_keep_order_and_per_item_results(tiny_model_dir, chunk_texts, queue_ahead):
     """Chunks smaller than the input, of texts of very different lengths, give each text the result of one
-    chunk. ``gpu-flow`` runs the GPU's control flow on CPU: a chunk's outputs are collected only after the next
-    chunk is queued, and progress is reported then."""
+    chunk. ``gpu-flow`` runs the GPU's control flow on CPU: the next chunk is tokenized on a helper thread, a
+    chunk's outputs are collected only after the next chunk is queued, and progress is reported then;
+    ``cpu-flow`` tokenizes each chunk in turn, with no helper thread."""
     from pipeline.embedding.batching import chunk_bounds
 
     resolved = resolve_model(get_spec(str(tiny_model_dir)))
     texts = _mixed_texts()
     one = Embedder(resolved, device="cpu", batch_tokens=64, max_batch_size=8, chunk_texts=0).embed(texts)
     emb = Embedder(resolved, device="cpu", batch_tokens=64, max_batch_size=8, chunk_texts=chunk_texts)
-    emb._queue_ahead = queue_ahead
+    assert not emb.tokenize_ahead  # on CPU chunks are tokenized in turn, on the calling thread
+    emb._queue_ahead = emb.tokenize_ahead = queue_ahead
     calls: list[int] = []
-    res = emb.embed(texts, progress=calls.append)
+    helpers: list[bool] = []  # at each progress report: is a tokenizing thread alive beside this one?
+
+    def report(done: int) -> None:
+        calls.append(done)
+        helpers.append(any(t.name.startswith("normaudit-tokenize") for t in threading.enumerate()))
+
+    res = emb.embed(texts, progress=report)
     assert len(chunk_bounds(len(texts), chunk_texts)) > 3  # really chunked
+    assert any(helpers) == queue_ahead
     assert res.truncated.sum() >= 2 and (res.n_tokens == res.n_tokens.min()).sum() >= 2
     _assert_same_items(res, one)
     _check_progress(calls, len(texts), emb.last_stats)

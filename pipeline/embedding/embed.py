@@ -168,6 +168,7 @@ class Embedder:
         if chunk_texts is None:
             chunk_texts = CPU_CHUNK_TEXTS if self.device == "cpu" else GPU_CHUNK_TEXTS
         self.chunk_texts = chunk_texts
+        self.tokenize_ahead = self.device != "cpu"  # see embed()
         # On a GPU the host queues work ahead and reads results back per chunk; on CPU a batch is done
         # when its forward returns, so progress is reported per batch as it happens.
         self._queue_ahead = self.device != "cpu"
@@ -292,7 +293,11 @@ class Embedder:
             return EmbedResult(vectors, norms, lengths, truncated)
         bounds = chunk_bounds(n, self.chunk_texts)
         report = _Progress(progress)
-        chunks = computed_ahead(self._tokenize, [texts[a:b] for a, b in bounds])
+        slices = [texts[a:b] for a, b in bounds]
+        # On a GPU the next chunk is tokenized while this one runs; on CPU torch's threads already keep the cores
+        # busy, and a tokenizing thread beside them slows both, so chunks are tokenized in turn.
+        chunks = (computed_ahead(self._tokenize, slices) if self.tokenize_ahead
+                  else (self._tokenize(chunk) for chunk in slices))
         with self._lock, torch.inference_mode(), contextlib.closing(chunks):
             queued = None
             for start, stop in bounds:
