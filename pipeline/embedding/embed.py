@@ -113,10 +113,10 @@ class _Progress:
 CPU_BATCH_TOKENS = 4096
 GPU_BATCH_TOKENS = 16384
 # Texts per chunk (see pipeline.embedding.batching.chunk_bounds). On a GPU, chunks overlap tokenization with the
-# device. On CPU they bound what a shard's tokens hold (the Rust encodings and their id lists, ~1.5 KiB a short
-# sentence): at 16,384 a worker embedding 131,072-sentence shards peaks ~0.2 GiB lower than at 65,536, in the
-# same time (docs/benchmarks.md, issue 36's fifth part); chunks of 4,096 took 15% longer on 20,000 words (each
-# chunk is sorted by length on its own, and short chunks leave batches less full).
+# device. On CPU they bound what a shard's tokens hold (the Rust encodings and their id lists): at 16,384 a
+# process embedding 131,072-sentence shards peaked ~0.2 GiB lower than at 65,536, in the same time
+# (docs/benchmarks.md, issue 36's fifth part); chunks of 4,096 took 15% longer on 20,000 words (each chunk is
+# sorted by length on its own, and short chunks leave batches less full).
 CPU_CHUNK_TEXTS = 16384
 GPU_CHUNK_TEXTS = 32768
 
