@@ -4,7 +4,8 @@
 no per-text Python lists kept), plans its batches (:func:`plan_batches`: longest first, each under a
 padded-token budget) and packs every batch of the chunk into one padded array (:func:`pack_batches`),
 so a device gets a whole chunk in one copy and each batch is a view of it. :func:`computed_ahead`
-tokenizes the next chunk on a helper thread meanwhile. numpy only: no torch here.
+tokenizes the next chunk on a helper thread meanwhile (on a GPU; a CPU Embedder tokenizes its chunks in turn).
+numpy only: no torch here.
 """
 
 from __future__ import annotations
