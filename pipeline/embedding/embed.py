@@ -128,7 +128,8 @@ class Embedder:
     batches spill activations out of cache and past glibc's 32 MiB mmap threshold and run ~15% slower
     on MiniLM; 16384 on GPUs) and ``max_batch_size`` the texts in it; ``threads`` sets torch's
     intra-op threads for this process. ``chunk_texts`` is the most texts tokenized and planned together
-    (``None``: 65,536 on CPU, 32,768 on GPUs; 0: all at once); see :meth:`embed`. On CPU, ``keep_memory``
+    (``None``: 16,384 on CPU, 32,768 on GPUs; 0: all at once); see :meth:`embed`. ``tokenize_ahead`` (on GPUs
+    only) tokenizes the next chunk on a helper thread while this one runs. On CPU, ``keep_memory``
     tunes the process's malloc so batches reuse their buffers, with an mmap threshold just above this model's
     largest activation block (``mmap_threshold``; see :func:`pipeline.embedding.devices.keep_freed_memory`).
     ``precision`` is the dtype the transformer runs in (float32, bfloat16 or float16;
