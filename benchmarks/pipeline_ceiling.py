@@ -349,11 +349,9 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
         print("  " + line)
     print(f"lowest available memory during the audit: {watch.min_seen / GIB:.1f} GiB")
     res["procs"] = {}  # label -> CPU-seconds of each process with that label
-    res["peaks"] = {}  # label -> the largest peak RSS of a process with that label
     res["ranked"] = {}  # "label #k" (k-th largest peak of that label) -> {phase: peak RSS}, "whole" included
-    for pid, (label, rss) in sorted(sampler.peak.items()):
+    for pid, (label, _) in sorted(sampler.peak.items()):
         res["procs"].setdefault(label, []).append(sampler.cpu.get(pid, 0.0))
-        res["peaks"][label] = max(res["peaks"].get(label, 0), rss)
     print("peak RSS by phase (" + " / ".join(PHASES) + "):")
     for label in dict.fromkeys(label for label, _ in sampler.peak.values()):
         pids = sorted((pid for pid, (lab, _) in sampler.peak.items() if lab == label),
@@ -390,14 +388,6 @@ def summary(results: list[dict]) -> None:
               f"{r['cli_peak'] / GIB:.2f} GiB | {r['cli_cpu']:.1f} / {workers} / {api} | {end} | "
               f"{r['analyses']:.1f} |")
     done = [r for r in results if r["rc"] == 0 and not r["stopped"]]
-    labels = list(dict.fromkeys(label for r in results for label in r["peaks"]))
-    print("\npeak RSS of every process of the audit (the largest of the processes of each kind):")
-    print("| process | " + " | ".join(f"{r['n']:,}" for r in results) + " | largest / smallest size |")
-    print("|---|" + "---|" * len(results) + "---|")
-    for label in labels:
-        peaks = [r["peaks"].get(label) for r in results]
-        ratio = f"{peaks[-1] / peaks[0]:.2f}" if peaks[0] and peaks[-1] else "—"
-        print(f"| {label} | " + " | ".join(f"{p / GIB:.2f} GiB" if p else "—" for p in peaks) + f" | {ratio} |")
     ranked = list(dict.fromkeys(key for r in results for key in r["ranked"]))
     print("\npeak RSS of each process, whole audit and by phase (#1 is the process of its kind with the largest peak):")
     print("| process | phase | " + " | ".join(f"{r['n']:,}" for r in results) + " | largest / smallest size |")

@@ -75,15 +75,16 @@ def chunk_bounds(n: int, chunk_texts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def computed_ahead(fn: Callable, args: Sequence) -> Iterator:
+def computed_ahead(fn: Callable, args: Sequence, ahead: bool = True) -> Iterator:
     """``fn(a)`` for each of ``args`` in order, the next one computed on a helper thread meanwhile.
 
     While the caller works on one result (runs a chunk's batches), the next is under way: this
     overlaps tokenization with device work because HF tokenizers' ``encode_batch`` releases the GIL.
     An exception in ``fn`` is raised here, when its result is due; closing the iterator early waits
-    for the one call under way. A single argument runs on the calling thread.
+    for the one call under way. A single argument, or ``ahead=False``, runs each call on the calling thread
+    when its result is due.
     """
-    if len(args) <= 1:
+    if not ahead or len(args) <= 1:
         yield from map(fn, args)
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="normaudit-tokenize") as pool:

@@ -294,11 +294,9 @@ class Embedder:
             return EmbedResult(vectors, norms, lengths, truncated)
         bounds = chunk_bounds(n, self.chunk_texts)
         report = _Progress(progress)
-        slices = [texts[a:b] for a, b in bounds]
         # On a GPU the next chunk is tokenized while this one runs; on CPU torch's threads already keep the cores
         # busy, and a tokenizing thread beside them slows both, so chunks are tokenized in turn.
-        chunks = (computed_ahead(self._tokenize, slices) if self.tokenize_ahead
-                  else (self._tokenize(chunk) for chunk in slices))
+        chunks = computed_ahead(self._tokenize, [texts[a:b] for a, b in bounds], ahead=self.tokenize_ahead)
         with self._lock, torch.inference_mode(), contextlib.closing(chunks):
             queued = None
             for start, stop in bounds:
