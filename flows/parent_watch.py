@@ -1,18 +1,8 @@
-"""Die with the parent: a helper process of one CLI run must not outlive it, even after SIGKILL.
+"""Run a module under the watch of :func:`pipeline.lifeline.watch_parent`: a helper process of one CLI run (the
+Prefect API server) must not outlive it, even after SIGKILL.
 
-A SIGKILLed CLI runs no exit handler, so it cannot stop what it started. Each helper
-process watches instead: a daemon thread polls its parent process id, and when the
-parent is gone (the process was re-parented) it asks its own process to stop with
-SIGTERM, which servers such as uvicorn answer with a graceful shutdown, then SIGKILLs
-itself if it is still there after a grace period.
-
-Why a polling thread and not Linux's ``PR_SET_PDEATHSIG``: the death signal is tied to
-the *thread* that spawned the child (the CLI spawns from background threads too), it
-is Linux-only, and setting it needs ``preexec_fn``, which is unsafe once threads run.
-Polling twice a second costs nothing measurable and works on every POSIX system.
-
-Dask's local worker processes need none of this: ``distributed`` already ends a worker
-whose nanny's process (here the CLI) is gone.
+Dask's local worker processes need none of this: ``distributed`` already ends a worker whose nanny's process
+(here the CLI) is gone.
 
 Run a module under the watch with ``python -m flows.parent_watch PARENT_PID MODULE [ARGS...]``:
 it exits at once when ``PARENT_PID`` is not its parent, else runs ``MODULE`` as ``__main__``.
@@ -22,29 +12,9 @@ from __future__ import annotations
 
 import os
 import runpy
-import signal
 import sys
-import threading
-import time
 
-POLL_S = 0.5
-GRACE_S = 5.0
-
-
-def watch_parent(parent_pid: int | None = None, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> threading.Thread:
-    """Start a daemon thread that stops this process when ``parent_pid`` (default: the current parent) is gone."""
-    parent = os.getppid() if parent_pid is None else parent_pid
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(grace_s)
-        os.kill(os.getpid(), signal.SIGKILL)  # the graceful stop did not finish: nothing else may keep us
-
-    thread = threading.Thread(target=watch, name="normaudit-parent-watch", daemon=True)
-    thread.start()
-    return thread
+from pipeline.lifeline import watch_parent
 
 
 def main(argv: list[str]) -> None:

@@ -220,6 +220,27 @@ def test_run_in_child_returns_its_value_and_raises_its_error():
         run_in_child(int, "not a number")
 
 
+def test_a_child_ends_when_its_parent_is_killed():
+    """A worker killed mid-step (the cluster's shutdown after Ctrl-C, the OOM killer) takes the step's child with it:
+    the child watches its parent (pipeline.lifeline) instead of running on, re-parented, for minutes."""
+    import psutil
+
+    parent = subprocess.Popen([sys.executable, "-c", "import time\nfrom pipeline.audit.child import run_in_child\n"
+                               "run_in_child(time.sleep, 600)"], cwd=Path(__file__).resolve().parents[1])
+    deadline, children = time.monotonic() + 60, []
+    while not children and time.monotonic() < deadline:
+        children = [c for c in psutil.Process(parent.pid).children()
+                    if "pipeline.audit.child" in " ".join(c.cmdline())]
+        time.sleep(0.05)
+    assert children, "run_in_child started no child process"
+    parent.kill()
+    parent.wait()
+    started = time.monotonic()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"the child outlived its killed parent by 10 s: {alive}"
+    assert time.monotonic() - started < 3  # the watch polls twice a second; SIGTERM ends a sleeping child
+
+
 def test_a_large_probe_set_is_prepared_in_a_child_process_with_the_same_plan(tmp_path, tiny_model_dir, monkeypatch):
     from pipeline.audit import preflight, steps
     from pipeline.audit.child import run_in_child

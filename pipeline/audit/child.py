@@ -1,14 +1,19 @@
 """Run one step in a child process, so the memory it needs only while it runs goes back to the system after.
 
-Loading, gating and planning a probe set of millions of items holds gigabytes for a minute; in a long-lived Dask
-worker that memory stays with the process once freed (the allocator keeps it), the nanny restarts a worker whose
-resident memory passes its limit, and the worker then embeds for hours beside it. A child process started with
-``subprocess`` (a Dask worker is a daemonic process, which ``multiprocessing`` may not give children) runs the
-step and exits; its result and any exception come back pickled through a temporary folder.
+A long-lived Dask worker keeps what it once allocated: freed memory stays with the process (the allocator keeps
+it, fragmented), so every step that reads a whole probe set or release raises the worker's resident memory for the
+hours it then embeds. Loading, gating and planning a probe set of millions of items held ~12 GiB for a minute; the
+analyses, the comparison with the previous release and the report read every item of the release (DuckDB, within
+its memory limit, and the frames they build), which at 10 M items left a worker 0.26 GiB larger than at 1 M
+(docs/benchmarks.md). A child process started with ``subprocess`` (a Dask worker is a daemonic process, which
+``multiprocessing`` may not give children) runs the step and exits; its result and any exception come back
+pickled through a temporary folder. The child watches its parent (:func:`pipeline.lifeline.watch_parent`): a
+worker stopped by Ctrl-C, or killed, takes it along within a second.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -16,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from pipeline.lifeline import watch_parent
 
 T = TypeVar("T")
 
@@ -26,7 +33,8 @@ def run_in_child(fn: Callable[..., T], *args) -> T:
     with tempfile.TemporaryDirectory(prefix="normaudit-child-") as tmp:
         given, taken = Path(tmp) / "call.pkl", Path(tmp) / "result.pkl"
         given.write_bytes(pickle.dumps((fn, args)))
-        proc = subprocess.run([sys.executable, "-m", "pipeline.audit.child", str(given), str(taken)], check=False)
+        proc = subprocess.run([sys.executable, "-m", "pipeline.audit.child", str(os.getpid()), str(given),
+                               str(taken)], check=False)
         if not taken.exists():
             raise RuntimeError(f"the child process running {fn.__name__} ended with exit code {proc.returncode} "
                                "before returning (killed for memory?); its output is above")
@@ -36,14 +44,19 @@ def run_in_child(fn: Callable[..., T], *args) -> T:
     return value
 
 
-def _main(given: str, taken: str) -> None:
+def _main(parent: str, given: str, taken: str) -> None:
+    if os.getppid() != int(parent):
+        sys.exit(f"parent process {parent} is already gone; not running its step")
+    watch_parent(int(parent))
     fn, args = pickle.loads(Path(given).read_bytes())
     try:
         out = (True, fn(*args))
     except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
         out = (False, exc)
-    Path(taken).write_bytes(pickle.dumps(out))
+    partial = Path(f"{taken}.partial")  # renamed whole: a child killed while writing leaves no result to misread
+    partial.write_bytes(pickle.dumps(out))
+    partial.replace(taken)
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:3])
+    _main(*sys.argv[1:4])
