@@ -7,9 +7,10 @@ catalog is made: ``pipeline.storage.catalog.connect``, DuckDB's memory capped at
    the row number (the same rows in every run; no copy of them in Python, so 10 M items fit beside other
    work): one probe set with zipf (two decimals), min_depth (18 values) and rating_sd (continuous), 3 property
    rows per item; N/10 hypernym pairs; a 30,000-token table; in tables named as the catalog's views.
-2. The audit's analyses as ``pipeline.audit.steps.run_analyses`` runs them (``run_analysis`` for each of
-   ``AUDIT_ANALYSES``; the retrieval ones find no retrieval set and return nothing), with the staging of the
-   item rows timed apart and norm_vs_property's intervals timed apart from its points.
+2. The audit's analyses as ``pipeline.audit.release_steps.run_analyses`` runs them, here in this one process (the
+   audit runs them in a child of a worker): ``run_analysis`` for each of ``AUDIT_ANALYSES`` (the retrieval ones
+   find no retrieval set and return nothing), with the staging of the item rows timed apart and
+   norm_vs_property's intervals timed apart from its points.
 3. norm_vs_property's intervals as the audit computes them now (``run_query("norm_vs_property_ci")`` at the
    default parameters: 1,000 resamples; samples over ``bootstrap_switch_n`` items by the m-out-of-n bootstrap
    of ``bootstrap_m`` draws a replicate), measured whole.

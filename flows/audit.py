@@ -37,7 +37,7 @@ from flows.runners import (
 from flows.timings import Timing, recorded_timings
 from flows.window import completed_in_window
 from pipeline.analysis.compare import AlertThresholds, ReleaseRegression
-from pipeline.audit import steps
+from pipeline.audit import release_steps, steps
 from pipeline.audit.batches import BatchCommitter
 from pipeline.audit.context import AuditContext
 from pipeline.audit.prepare import prepares_in_blocks
@@ -69,12 +69,12 @@ embed_shard = _task(steps.embed_shard)
 commit_batch = _task(steps.commit_batch)
 sweep_orphans = _task(steps.sweep_orphans)
 commit_token_norms = _task(steps.commit_token_norms)
-run_analyses = _task(steps.run_analyses)
-compare_with_previous = _task(steps.compare_with_previous)
+run_analyses = _task(release_steps.run_analyses)
+compare_with_previous = _task(release_steps.compare_with_previous)
 close_release = _task(steps.close_release)
 build_data_docs = _task(steps.build_data_docs)
-render_report = _task(steps.render_report)
-render_models_page = _task(steps.render_models_page)
+render_report = _task(release_steps.render_report)
+render_models_page = _task(release_steps.render_models_page)
 
 
 @dataclass

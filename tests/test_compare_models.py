@@ -17,7 +17,7 @@ import pytest
 from pipeline.analysis.compare import AlertThresholds, compare_runs, previous_release
 from pipeline.analysis.paired import paired_comparison
 from pipeline.audit.context import AuditContext
-from pipeline.audit.steps import compare_with_previous, run_analyses
+from pipeline.audit.release_steps import compare_with_previous, run_analyses
 from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
 from pipeline.storage.runs import RunRecord, write_run

@@ -271,7 +271,7 @@ def test_a_transient_steps_bar_shows_only_once_the_work_runs_past_its_delay():
 def test_compare_in_a_pipe_prints_its_tables_and_nothing_else(tmp_path):
     """Piped (no terminal), compare's stdout holds the comparison and no bar; stderr is empty: no library line."""
     from pipeline.audit.context import AuditContext
-    from pipeline.audit.steps import run_analyses
+    from pipeline.audit.release_steps import run_analyses
     from pipeline.settings import load_settings
     from pipeline.storage.runs import RunRecord, write_run
     from pipeline.storage.store import Store

@@ -26,7 +26,7 @@ from PIL import Image
 from pipeline.analysis.models_page import render_models_page
 from pipeline.analysis.report import render_report
 from pipeline.audit.context import AuditContext
-from pipeline.audit.steps import run_analyses
+from pipeline.audit.release_steps import run_analyses
 from pipeline.settings import load_settings
 from pipeline.storage.runs import RunRecord, write_run
 from pipeline.storage.store import Store

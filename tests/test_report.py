@@ -5,18 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 from PIL import Image
 
-from pipeline.analysis.compare import ALERT_COLUMNS, write_alerts
+from pipeline.analysis.compare import ALERT_COLUMNS, AlertThresholds, write_alerts
 from pipeline.analysis.report import render_report
 from pipeline.analysis.report_html import fmt, render, table
 from pipeline.analysis.sql import run_query
 from pipeline.audit.context import AuditContext
-from pipeline.audit.steps import run_analyses
+from pipeline.audit.release_steps import run_analyses
 from pipeline.probes import ProbeSet
 from pipeline.settings import load_settings
 from pipeline.storage.catalog import open_catalog
@@ -106,6 +107,29 @@ def two_releases(tmp_path_factory):
     _audit(store, "v1", 1, 0.02)
     _audit(store, "v2", 2, 0.05)
     return store
+
+
+def test_release_steps_run_in_child_processes(tmp_path, monkeypatch):
+    """The analyses, the comparison and both pages run in child processes of the worker (their memory goes back
+    when they end), and what they return comes back: the results rows, the previous release, the pages' URLs."""
+    from pipeline.audit import release_steps
+    from pipeline.audit.child import run_in_child
+
+    called = []
+    monkeypatch.setattr(release_steps, "run_in_child", lambda fn, *a: called.append(fn) or run_in_child(fn, *a))
+    store = Store(str(tmp_path / "root"))
+    _audit(store, "v1", 1, 0.02)
+    run_id = _audit(store, "v2", 2, 0.05)
+    ctx = AuditContext(load_settings(root=store.root_url), "m", "v2", run_id, resolved=None)
+    previous, alerts = release_steps.compare_with_previous(ctx, AlertThresholds())
+    report, models = release_steps.render_report(ctx), release_steps.render_models_page(ctx)
+    assert called == [release_steps._analyse, release_steps._analyse, release_steps._compare,
+                      release_steps._render_report, release_steps._render_models_page]
+    assert previous == "v1" and "message" in alerts.columns
+    assert report == store.url("reports", "m", "v2", "index.html") and Path(report).is_file()
+    assert models == store.url("reports", "index.html") and Path(models).is_file()
+    rows = open_catalog(store).execute("select count(*) from results where run_id = ?", [run_id]).fetchone()[0]
+    assert rows > 0  # the child's analyses were stored
 
 
 def test_release_drift_compares_with_the_previous_release(two_releases, tmp_path):

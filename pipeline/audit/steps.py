@@ -14,17 +14,9 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.analysis.audit_analyses import analyse_and_store
 from pipeline.analysis.compare import (
-    ALERT_COLUMNS,
-    AlertThresholds,
-    compare_runs,
-    previous_release,
     release_history,
-    write_alerts,
 )
-from pipeline.analysis.comparison_page import render_comparison_page
-from pipeline.analysis.paired import paired_comparison, write_comparison
 from pipeline.audit.child import run_in_child
 from pipeline.audit.context import AuditContext
 from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
@@ -40,7 +32,7 @@ from pipeline.probes.stored import refuse_silent_replace
 from pipeline.quality import datadocs, gates
 from pipeline.settings import Settings
 from pipeline.storage import lease
-from pipeline.storage.catalog import open_catalog, within_memory
+from pipeline.storage.catalog import open_catalog
 from pipeline.storage.parts import (
     PART_NAME,
     WrittenPart,
@@ -319,33 +311,6 @@ def write_token_properties(store: Store, model: str, release: str, norms: pl.Dat
     return rows
 
 
-def run_analyses(ctx: AuditContext) -> pl.DataFrame:
-    """Run the audit's analyses over committed data; store their ``results`` rows and the ``claims`` they decide."""
-    with within_memory(limit := ctx.settings.analysis_memory, "the analyses"):
-        return analyse_and_store(ctx.store, ctx.model, ctx.release, ctx.run_id, memory_limit=limit)
-
-
-def compare_with_previous(ctx: AuditContext, thresholds: AlertThresholds) -> tuple[str | None, pl.DataFrame]:
-    """Alerts for statistics that moved past their threshold since the previous release; stores them.
-
-    With a previous release, the paired bootstrap of every statistic on the items both releases embedded
-    runs first (only then: a first release costs nothing here); it is stored as this run's comparison
-    (view ``comparisons``) with its page under ``reports/compare/``, and its intervals decide which moves
-    are beyond noise (``thresholds.require_significant``). Returns ``(previous_release or None, alerts)``."""
-    con = open_catalog(ctx.store, memory_limit=ctx.settings.analysis_memory)
-    with within_memory(ctx.settings.analysis_memory, "the comparison with the previous release"), con:
-        previous = previous_release(con, ctx.model, ctx.release)
-        if previous is None:
-            return None, pl.DataFrame(schema=ALERT_COLUMNS)
-        base, other = (ctx.model, previous[0]), (ctx.model, ctx.release)
-        paired = paired_comparison(con, base, other)
-        _, alerts = compare_runs(con, ctx.model, ctx.release, ctx.run_id, previous, thresholds, paired)
-    write_alerts(ctx.store, ctx.run_id, alerts)
-    write_comparison(ctx.store, ctx.run_id, paired)
-    render_comparison_page(ctx.store, paired, base, other, alerts["message"].to_list())
-    return previous[0], alerts
-
-
 def open_release(ctx: AuditContext) -> lease.Lease:
     """Take the release's lease: one audit of a model release at a time; a release holds one precision.
     Returns the lease the run keeps to the end: every commit checks it (fencing), a heartbeat renews it."""
@@ -380,18 +345,3 @@ def find_new_releases(settings: Settings, watched: WatchedModel) -> list[tuple[s
     hist = release_history(open_catalog(open_store(settings)), watched.name)
     audited = set(hist["fingerprint"].to_list()) | set(hist["release"].to_list())
     return discover_releases(watched, audited)
-
-
-def render_report(ctx: AuditContext) -> str:
-    """Render the release's HTML report and the model's cross-release index; returns the report's URL."""
-    from pipeline.analysis.report import render_report as render  # matplotlib: seconds to import
-
-    with within_memory(ctx.settings.analysis_memory, "the report"):
-        return render(ctx.store, ctx.model, ctx.release, memory_limit=ctx.settings.analysis_memory)
-
-
-def render_models_page(ctx: AuditContext) -> str:
-    """Render ``reports/index.html``: every audited model and release side by side; returns its URL."""
-    from pipeline.analysis.models_page import render_models_page as render  # matplotlib: seconds to import
-
-    return render(ctx.store)
