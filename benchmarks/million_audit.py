@@ -82,6 +82,10 @@ class TreeSampler:
             cmd = " ".join(p.cmdline())
         except psutil.Error:
             return "?"
+        if "pipeline.audit.child" in cmd:
+            return "worker's child (one step)"
+        if "multiprocessing.resource_tracker" in cmd:
+            return "multiprocessing resource tracker"
         if "spawn_main" in cmd or "distributed" in cmd:
             return "Dask worker"
         if "parent_watch" in cmd or "prefect" in cmd or "uvicorn" in cmd:
