@@ -82,8 +82,8 @@ class TreeSampler:
             cmd = " ".join(p.cmdline())
         except psutil.Error:
             return "?"
-        if "pipeline.audit.child" in cmd:
-            return "worker's child (one step)"
+        if "pipeline.audit.child" in cmd:  # its last argument names the step it runs
+            return f"worker's child: {cmd.split()[-1]}"
         if "multiprocessing.resource_tracker" in cmd:
             return "multiprocessing resource tracker"
         if "spawn_main" in cmd or "distributed" in cmd:

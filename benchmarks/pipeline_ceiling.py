@@ -359,7 +359,8 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
         for k, pid in enumerate(pids, 1):
             phases = {ph: sampler.phase_peak.get((pid, ph), 0) for ph in PHASES}
             res["ranked"][f"{label} #{k}"] = {"whole": sampler.peak[pid][1], **phases}
-            print(f"  {label} #{k} (pid {pid}): " + " / ".join(f"{v / GIB:.3f}" for v in phases.values()) + " GiB")
+            print(f"  {label} #{k} (pid {pid}): " + " / ".join(f"{v / GIB:.3f}" if v else "—" for v in phases.values())
+                  + " GiB")
     prep = timings.get(PREPARATION) or timings.get("prepare_probes")  # the latter: code before the blocks
     res["prep_s"] = prep[1] if prep else None
     if prep and not watch.stopped:

@@ -33,8 +33,9 @@ def run_in_child(fn: Callable[..., T], *args) -> T:
     with tempfile.TemporaryDirectory(prefix="normaudit-child-") as tmp:
         given, taken = Path(tmp) / "call.pkl", Path(tmp) / "result.pkl"
         given.write_bytes(pickle.dumps((fn, args)))
+        # the step's name last, for ps and top (and benchmarks/million_audit.py) to say which step a child runs
         proc = subprocess.run([sys.executable, "-m", "pipeline.audit.child", str(os.getpid()), str(given),
-                               str(taken)], check=False)
+                               str(taken), fn.__name__.lstrip("_")], check=False)
         if not taken.exists():
             raise RuntimeError(f"the child process running {fn.__name__} ended with exit code {proc.returncode} "
                                "before returning (killed for memory?); its output is above")
