@@ -171,6 +171,36 @@ def test_interrupt_mid_embedding_stops_cleanly_within_10s(tmp_path, tiny_model_d
 
 
 @pytest.mark.slow
+def test_ctrl_c_while_a_worker_s_child_runs_the_analyses_stops_it_too(tmp_path, tiny_model_dir, many_words):
+    """The analyses run in a child process of a worker (pipeline/audit/release_steps.py); Ctrl-C then stops the
+    run within 10 s as mid-embedding, and the child ends with its worker instead of analysing on, re-parented."""
+    root = str(tmp_path / "root")
+    proc, _, err = start_audit(tmp_path, tiny_model_dir, many_words, root)
+    deadline, child = time.monotonic() + 300, None
+    while child is None and time.monotonic() < deadline and proc.poll() is None:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                cmd = p.cmdline()
+            except psutil.Error:
+                continue
+            if "pipeline.audit.child" in cmd and cmd[-1] == "analyse":
+                child = p
+        time.sleep(0.02)
+    if child is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"no child process ran the analyses:\n{err.read_text()[-3000:]}")
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    code, took = interrupt_and_wait(proc, err)
+    print(f"SIGINT during the analyses: exit {code} {took:.2f} s after the signal")
+    stderr = err.read_text()
+    assert code == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith("error:")] != []
+    assert gone_within([child.pid], LIMIT_S - took + 1) == []  # the analyses' child stopped with its worker
+    assert gone_within(tree, 1) == []
+    assert the_run(Store(root))[1] == "interrupted"
+
+
+@pytest.mark.slow
 def test_sigkill_of_the_cli_leaves_no_process_and_verify_repairs_the_abandoned_run(tmp_path, tiny_model_dir,
                                                                                    many_words):
     root = str(tmp_path / "root")
