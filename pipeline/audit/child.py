@@ -4,11 +4,11 @@ A long-lived Dask worker keeps what it once allocated: freed memory stays with t
 it, fragmented), so every step that reads a whole probe set or release raises the worker's resident memory for the
 hours it then embeds. Loading, gating and planning a probe set of millions of items held ~12 GiB for a minute; the
 analyses, the comparison with the previous release and the report read every item of the release (DuckDB, within
-its memory limit, and the frames they build), which at 10 M items left a worker 0.26 GiB larger than at 1 M
-(docs/benchmarks.md). A child process started with ``subprocess`` (a Dask worker is a daemonic process, which
-``multiprocessing`` may not give children) runs the step and exits; its result and any exception come back
-pickled through a temporary folder. The child watches its parent (:func:`pipeline.lifeline.watch_parent`): a
-worker stopped by Ctrl-C, or killed, takes it along within a second.
+its memory limit, and the frames they build): run in the worker, the analyses were its peak at 10 M items, 1.67
+GiB against 1.40 GiB for its embedding (docs/benchmarks.md). A child process started with ``subprocess`` (a Dask
+worker is a daemonic process, which ``multiprocessing`` may not give children) runs the step and exits; its result
+and any exception come back pickled through a temporary folder. The child watches its parent
+(:func:`pipeline.lifeline.watch_parent`): a worker stopped by Ctrl-C, or killed, takes it along within a second.
 """
 
 from __future__ import annotations

@@ -14,9 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.analysis.compare import (
-    release_history,
-)
+from pipeline.analysis.compare import release_history
 from pipeline.audit.child import run_in_child
 from pipeline.audit.context import AuditContext
 from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
