@@ -10,21 +10,17 @@ it exits at once when ``PARENT_PID`` is not its parent, else runs ``MODULE`` as 
 
 from __future__ import annotations
 
-import os
 import runpy
 import sys
 
-from pipeline.lifeline import watch_parent
+from pipeline.lifeline import stay_with
 
 
 def main(argv: list[str]) -> None:
     """``PARENT_PID MODULE [ARGS...]``: run ``MODULE`` as ``python -m`` would, stopping when the parent is gone."""
     if len(argv) < 2:
         sys.exit("usage: python -m flows.parent_watch PARENT_PID MODULE [ARGS...]")
-    parent = int(argv[0])
-    if os.getppid() != parent:
-        sys.exit(f"parent process {parent} is already gone; not starting {argv[1]}")
-    watch_parent(parent)
+    stay_with(int(argv[0]), argv[1])
     sys.argv = [argv[1], *argv[2:]]
     runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -37,3 +38,11 @@ def watch_parent(parent_pid: int | None = None, poll_s: float = POLL_S, grace_s:
     thread = threading.Thread(target=watch, name="normaudit-parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+def stay_with(parent_pid: int, what: str) -> None:
+    """Exit at once (naming ``what``) when ``parent_pid`` is no longer this process's parent, else start
+    :func:`watch_parent` on it: the start of a helper process that must not outlive the process that started it."""
+    if os.getppid() != parent_pid:
+        sys.exit(f"parent process {parent_pid} is already gone; not starting {what}")
+    watch_parent(parent_pid)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from pipeline.lifeline import watch_parent
+from pipeline.lifeline import stay_with
 
 T = TypeVar("T")
 
@@ -46,9 +46,7 @@ def run_in_child(fn: Callable[..., T], *args) -> T:
 
 
 def _main(parent: str, given: str, taken: str) -> None:
-    if os.getppid() != int(parent):
-        sys.exit(f"parent process {parent} is already gone; not running its step")
-    watch_parent(int(parent))
+    stay_with(int(parent), "its step")
     fn, args = pickle.loads(Path(given).read_bytes())
     try:
         out = (True, fn(*args))
