@@ -25,6 +25,7 @@ from pipeline.storage.store import MANIFEST, Manifest, PartInfo, Store, sha256_b
 # part-<shard id (20 hex)>-<sha256 prefix (16 hex)>.parquet; parts committed before the names carried the
 # sha256 are part-<shard id>.parquet and stay valid (a manifest records every file's name)
 PART_NAME = re.compile(r"^part-(?P<shard>[0-9a-f]{20})(?:-(?P<sha>[0-9a-f]{16}))?\.parquet$")
+PER_PART_COLUMNS = ("model", "release", "probe_set")  # one value in every row of a part
 
 
 class PartValidationError(ValueError):
@@ -47,9 +48,15 @@ def part_name(shard_id: str, sha256: str) -> str:
 
 
 def encode_table(table: pa.Table) -> bytes:
-    """A table as the Parquet bytes the store keeps (zstd)."""
+    """A part's table as the Parquet bytes the store keeps (zstd; dictionary pages for the one-value columns only).
+
+    Every other column holds one value per row (item ids, text hashes, vectors, norms): Parquet's dictionary
+    would be built and then dropped for them, and building it made the encoding of a 131,072-item part peak
+    ~75 MiB higher than the part itself, in every worker (docs/benchmarks.md).
+    """
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
+    dictionary = [c for c in PER_PART_COLUMNS if c in table.column_names]
+    pq.write_table(table, buf, compression="zstd", use_dictionary=dictionary)
     return buf.getvalue()
 
 
