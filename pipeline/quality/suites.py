@@ -279,23 +279,48 @@ def embeddings_frame(table: pa.Table, expected_ids: list[str], expected_text_sha
     present, l2 = _vector_rows(vec, lengths, n)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         unit = l2 / norms
-    ids = table["item_id"].to_pylist()
-    hashes = table["text_sha256"].to_pylist() if "text_sha256" in table.column_names else [None] * n
+    # membership and planned hashes by Arrow lookups, not a Python dict and set of the shard's ids beside new str
+    # objects for every row's id and hash: a worker gates one part after another, and what it allocates stays
+    ids, hashes = _strings(table, "item_id", n), _strings(table, "text_sha256", n)
+    shard_ids = pa.array(expected_ids, pa.string())
+    where = pc.index_in(ids, value_set=shard_ids)  # null: not one of the shard's ids
     if expected_text_sha256 is None:
-        text_ok = [h is not None for h in hashes]
+        text_ok = hashes.is_valid()
+        planned = None
     else:
-        planned = dict(zip(expected_ids, expected_text_sha256, strict=True))
-        text_ok = [h is not None and planned.get(i) == h for i, h in zip(ids, hashes, strict=True)]
-    expected = set(expected_ids)
+        planned = pa.array(expected_text_sha256, pa.string())
+        text_ok = pc.fill_null(pc.equal(hashes, pc.take(planned, where)), False)
     return pd.DataFrame({
         "model": table["model"].to_pandas(), "release": table["release"].to_pandas(),
-        "probe_set": table["probe_set"].to_pandas(), "item_id": ids, "text_sha256": hashes,
-        "text_is_shards": text_ok, "norm": norms,
+        "probe_set": table["probe_set"].to_pandas(),
+        # the rows are the shard's, in its order (every part the audit writes): its own str objects serve
+        "item_id": expected_ids if ids.equals(shard_ids) else table["item_id"].to_pandas(),
+        "text_sha256": (expected_text_sha256 if planned is not None and hashes.equals(planned)
+                        else table["text_sha256"].to_pandas() if "text_sha256" in table.column_names else [None] * n),
+        "text_is_shards": _flags(text_ok), "norm": norms,
         "n_tokens": table["n_tokens"].to_pandas(), "truncated": table["truncated"].to_pandas(),
         "vector_length": lengths, "vector_finite": present,
         # rows with non-finite components are already named by vector_finite; keep them out of this rule
-        "unit_length": np.where(present, unit, 1.0), "in_shard": [i in expected for i in ids],
+        "unit_length": np.where(present, unit, 1.0), "in_shard": _flags(where.is_valid()),
     })
+
+
+def _strings(table: pa.Table, name: str, n: int) -> pa.Array:
+    """A column as one string array to look up; nulls where the table has no such column (parts written before
+    it) or holds no strings there (such values match no shard id or hash, so their rows fail)."""
+    if name not in table.column_names:
+        return pa.nulls(n, pa.string())
+    col = table[name]
+    arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr.cast(pa.string())
+    return pa.nulls(n, pa.string())
+
+
+def _flags(mask: pa.Array) -> np.ndarray:
+    return mask.to_numpy(zero_copy_only=False).astype(bool)
 
 
 def _vector_rows(vec: pa.Array, lengths: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +362,9 @@ def validate_embeddings(table: pa.Table, expected_ids: list[str], dim: int, vect
               # one item cannot vary; two or more identical norms mean a constant (broken) output
               "min_distinct_norms": 2 if len(expected_ids) > 1 else 1}
     report = run_suite("embeddings", embeddings_frame(table, expected_ids, expected_text_sha256), params, meta)
-    missing = sorted(set(expected_ids) - set(table["item_id"].to_pylist()))
+    shard_ids = pa.array(expected_ids, pa.string())
+    present = pc.is_in(shard_ids, value_set=_strings(table, "item_id", table.num_rows))
+    missing = sorted(shard_ids.filter(pc.invert(present)).to_pylist())
     if missing:
         report.failures.append(Failure("shard item ids present", "item_id", len(missing), missing))
         report.success = False
