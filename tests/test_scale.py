@@ -21,6 +21,7 @@ from pipeline.quality.suites import embeddings_frame, validate_embeddings
 from pipeline.storage.parts import commit_part, embeddings_table
 from pipeline.storage.shards import (
     MAX_AUTO_SHARD_SIZE,
+    MAX_CPU_SHARD_SIZE,
     MIN_AUTO_SHARDS,
     SHARD_SIZE,
     committed_item_ids,
@@ -72,12 +73,16 @@ def test_template_sentences_refuse_what_the_word_list_cannot_give(tmp_path):
 def test_default_shard_size_grows_with_the_set_in_nesting_steps():
     assert default_shard_size(1) == default_shard_size(50_000) == SHARD_SIZE
     assert default_shard_size(100_000) == 8192 and default_shard_size(1_000_000) == 65_536
-    assert default_shard_size(5_000_000) == MAX_AUTO_SHARD_SIZE == 131_072
-    assert default_shard_size(10**9) == MAX_AUTO_SHARD_SIZE
-    for n in (1, 4095, 65_535, 65_536, 262_144, 999_999, 10**7):
-        size = default_shard_size(n)
-        assert size % SHARD_SIZE == 0 and (size // SHARD_SIZE).bit_count() == 1  # 4096 * 2**k: sizes nest
-        assert size == SHARD_SIZE or -(-n // size) >= MIN_AUTO_SHARDS  # larger only with enough shards left
+    # CPU workers stop at 65,536 (their memory grows with the shard), GPU workers go on to 131,072
+    assert default_shard_size(5_000_000) == default_shard_size(10**9) == MAX_CPU_SHARD_SIZE == 65_536
+    assert default_shard_size(5_000_000, "cuda") == MAX_AUTO_SHARD_SIZE == 131_072
+    assert default_shard_size(10**9, "mps") == MAX_AUTO_SHARD_SIZE
+    assert default_shard_size(1_000_000, "cuda") == 65_536
+    for device in ("cpu", "cuda"):
+        for n in (1, 4095, 65_535, 65_536, 262_144, 999_999, 10**7):
+            size = default_shard_size(n, device)
+            assert size % SHARD_SIZE == 0 and (size // SHARD_SIZE).bit_count() == 1  # 4096 * 2**k: sizes nest
+            assert size == SHARD_SIZE or -(-n // size) >= MIN_AUTO_SHARDS  # larger only with enough shards left
 
 
 def test_a_larger_shard_supersedes_the_smaller_parts_it_covers_and_a_smaller_one_is_done(tmp_path):

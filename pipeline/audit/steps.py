@@ -20,6 +20,7 @@ from pipeline.audit.context import AuditContext
 from pipeline.audit.preflight import checked_on_worker, unknown_token_warning
 from pipeline.audit.stored_set import planned_from_store, unknown_in_stored
 from pipeline.audit.watch import WatchedModel, discover_releases
+from pipeline.embedding.devices import pick_device
 from pipeline.embedding.embed import get_embedder
 from pipeline.embedding.models import ResolvedModel, get_spec, resolve_model
 from pipeline.embedding.precision import refuse_mixed_release
@@ -150,11 +151,17 @@ def plan_probe_set(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> ProbeP
     return plan_stored_set(ctx, ps.name, ps.shard_params(), limit)
 
 
+def _device(ctx: AuditContext) -> str:
+    # where the shards will be embedded: plans are made on a worker, so "auto" is its pick (torch is imported
+    # there anyway); a flow that plans a file of its own machine for a remote cluster picks for its own
+    return ctx.settings.device if ctx.settings.device != "auto" else pick_device("auto")
+
+
 def plan_stored_set(ctx: AuditContext, name: str, set_params: dict, limit: int | None) -> ProbePlan:
     """:func:`plan_probe_set` of the set stored as ``name``: nothing of it is loaded, whatever its size."""
     store = ctx.store
     params = {**embedding_params(ctx.resolved, ctx.settings), **set_params}
-    size = ctx.settings.shard_size or default_shard_size(items_rows(store, name))  # of the whole set
+    size = ctx.settings.shard_size or default_shard_size(items_rows(store, name), _device(ctx))  # of the whole set
     manifest = store.read_manifest(ctx.model, ctx.release, name)
     if manifest is not None:  # trust committed parts only after checking their bytes (sha256)
         raise_if_corrupt(store, verify_manifest(store, manifest))
@@ -183,7 +190,8 @@ def plan_shards(ctx: AuditContext, ps: ProbeSet, limit: int | None) -> tuple[lis
 def _plan(ctx: AuditContext, ps: ProbeSet, limit: int | None
           ) -> tuple[list[Shard], int, Manifest | None, dict[str, PartRows], frozenset[str]]:
     store, resolved = ctx.store, ctx.resolved
-    size = ctx.settings.shard_size or default_shard_size(ps.items.height)  # of the whole set: --limit cuts its shards
+    # of the whole set: --limit cuts its shards
+    size = ctx.settings.shard_size or default_shard_size(ps.items.height, _device(ctx))
     params = {**embedding_params(resolved, ctx.settings), **ps.shard_params()}
     full = split_shards(ps.name, ps.items, resolved.fingerprint, params, size)
     shards = full if limit is None else split_shards(ps.name, ps.items.head(limit), resolved.fingerprint, params, size)

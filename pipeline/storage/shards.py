@@ -26,7 +26,11 @@ MIN_AUTO_SHARDS = 8  # a set gets larger shards only while it still makes at lea
 # The flow spends ~0.14 CPU-s per shard (its Prefect task run submitted and read, its batch commit): at the
 # 330,000 items/s of an 8-GPU run, 32,768-item shards would need 1.4 flow cores, 131,072-item ones 0.35.
 # A part of 131,072 MiniLM vectors is ~200 MB of float32 (768-d: ~400 MB), written by the worker that made it.
-MAX_AUTO_SHARD_SIZE = 131072
+MAX_AUTO_SHARD_SIZE = 131072  # workers embedding on a GPU (or mps)
+# Workers embedding on CPU stop at 65,536: a shard's items, rows, part and gate are what grows a worker's memory
+# with the shard (131,072-item shards peaked ~0.1 GiB higher than 65,536-item ones over the same 10 M set), and
+# even the tests' near-free model embeds ~10,000 items/s on a CPU worker: ~0.15 flow CPU-s per 6.5 worker-seconds.
+MAX_CPU_SHARD_SIZE = 65536
 # item_id -> text_sha256 of the rows of one part (None: a part written before rows carried the hash)
 PartRows = dict[str, str | None]
 
@@ -150,21 +154,23 @@ def shard_id(item_ids: list[str], text_hashes: list[str], fingerprint: str, para
     return h.hexdigest()[:20]
 
 
-def default_shard_size(n_items: int) -> int:
+def default_shard_size(n_items: int, device: str = "cpu") -> int:
     """Items per shard when the settings give none: :data:`SHARD_SIZE`, doubled while the set still makes
-    at least :data:`MIN_AUTO_SHARDS` shards, up to :data:`MAX_AUTO_SHARD_SIZE`.
+    at least :data:`MIN_AUTO_SHARDS` shards, up to :data:`MAX_CPU_SHARD_SIZE` where the workers embed on
+    ``device`` ``cpu``, :data:`MAX_AUTO_SHARD_SIZE` on a GPU.
 
     Each shard costs a fixed amount besides its items (a Prefect task run, a GX validation on its worker, a
     place in a batched manifest write): a fraction of a second, which at 4,096 items of a sentence is about a
     tenth of its embedding on two CPU cores, and which the one flow process pays for every shard. Large sets
-    get larger shards (a million items: 65,536 per shard, 16 shards; 5 million: 131,072, 39 shards); small
-    ones keep enough shards to spread over the workers and to lose little when interrupted.
+    get larger shards (a million items: 65,536 per shard, 16 shards; 5 million on GPU workers: 131,072, 39
+    shards; on CPU workers 65,536, 77 shards); small ones keep enough shards to spread over the workers and to
+    lose little when interrupted.
     Every size is 4,096 times a power of two, so shards of two sizes nest: a part committed at one size is
     inside a shard of a larger size, which supersedes it (:func:`superseded_parts`), or covers a shard of a
     smaller one, which is then done (:func:`pending_shards`).
     """
-    size = SHARD_SIZE
-    while size < MAX_AUTO_SHARD_SIZE and n_items >= 2 * size * MIN_AUTO_SHARDS:
+    size, top = SHARD_SIZE, MAX_CPU_SHARD_SIZE if device == "cpu" else MAX_AUTO_SHARD_SIZE
+    while size < top and n_items >= 2 * size * MIN_AUTO_SHARDS:
         size *= 2
     return size
 
