@@ -53,8 +53,8 @@ class Settings(BaseSettings):
     )
     max_batch_size: int = Field(1024, ge=1, description="upper bound on texts per forward batch")
     shard_size: int | None = Field(
-        None, ge=1, description="items per shard (one Parquet part, one Dask task); None: 4096, up to 131072 "
-        "for large probe sets (pipeline.storage.shards.default_shard_size)")
+        None, ge=1, description="items per shard (one Parquet part, one Dask task); None: 4096, up to 65536 "
+        "for large probe sets (131072 on GPUs) (pipeline.storage.shards.default_shard_size)")
     vector_dtype: Literal["float32", "float16"] = "float32"
     precision: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="dtype the model's forward pass runs in (pooling and norms stay float32/float64)"
