@@ -104,6 +104,23 @@ def test_duplicate_rows_and_wrong_partition_fail():
     assert got[("expect_column_values_to_be_in_set", "release")].count == 12
 
 
+def test_rows_in_another_order_pass_and_a_hash_of_another_item_is_named():
+    v, n, ids = _part()
+    shard, t = _table(v, n, ids)
+    # the shard's rows in reverse: not aligned with the shard, so every id and hash is looked up
+    backwards = t.take(list(range(11, -1, -1)))
+    assert validate_embeddings(backwards, ids, DIM, "float32", "m", "r", "words", None, shard.text_sha256).success
+    # rows 2 and 5 carry each other's text hash: each hash is a planned one, but not its own item's
+    hashes = t["text_sha256"].to_pylist()
+    hashes[2], hashes[5] = hashes[5], hashes[2]
+    swapped = t.set_column(t.column_names.index("text_sha256"), "text_sha256", pa.array(hashes, pa.string()))
+    for table in (swapped, swapped.take(list(range(11, -1, -1)))):
+        report = validate_embeddings(table, ids, DIM, "float32", "m", "r", "words", None, shard.text_sha256)
+        assert sorted(_failed(report)[("expect_column_values_to_be_in_set", "text_is_shards")].examples) == [
+            "w00002", "w00005"]
+        assert [f.column for f in report.failures] == ["text_is_shards"]
+
+
 def test_float16_vectors_get_a_looser_tolerance():
     rng = np.random.default_rng(1)
     v = (rng.normal(size=(64, DIM)) * 100).astype(np.float32)
