@@ -284,12 +284,8 @@ def embeddings_frame(table: pa.Table, expected_ids: list[str], expected_text_sha
     ids, hashes = _strings(table, "item_id", n), _strings(table, "text_sha256", n)
     shard_ids = pa.array(expected_ids, pa.string())
     where = pc.index_in(ids, value_set=shard_ids)  # null: not one of the shard's ids
-    if expected_text_sha256 is None:
-        text_ok = hashes.is_valid()
-        planned = None
-    else:
-        planned = pa.array(expected_text_sha256, pa.string())
-        text_ok = pc.fill_null(pc.equal(hashes, pc.take(planned, where)), False)
+    planned = None if expected_text_sha256 is None else pa.array(expected_text_sha256, pa.string())
+    text_ok = hashes.is_valid() if planned is None else pc.fill_null(pc.equal(hashes, pc.take(planned, where)), False)
     return pd.DataFrame({
         "model": table["model"].to_pandas(), "release": table["release"].to_pandas(),
         "probe_set": table["probe_set"].to_pandas(),
@@ -297,11 +293,11 @@ def embeddings_frame(table: pa.Table, expected_ids: list[str], expected_text_sha
         "item_id": expected_ids if ids.equals(shard_ids) else table["item_id"].to_pandas(),
         "text_sha256": (expected_text_sha256 if planned is not None and hashes.equals(planned)
                         else table["text_sha256"].to_pandas() if "text_sha256" in table.column_names else [None] * n),
-        "text_is_shards": _flags(text_ok), "norm": norms,
+        "text_is_shards": np.asarray(text_ok), "norm": norms,
         "n_tokens": table["n_tokens"].to_pandas(), "truncated": table["truncated"].to_pandas(),
         "vector_length": lengths, "vector_finite": present,
         # rows with non-finite components are already named by vector_finite; keep them out of this rule
-        "unit_length": np.where(present, unit, 1.0), "in_shard": _flags(where.is_valid()),
+        "unit_length": np.where(present, unit, 1.0), "in_shard": np.asarray(where.is_valid()),
     })
 
 
@@ -312,15 +308,10 @@ def _strings(table: pa.Table, name: str, n: int) -> pa.Array:
         return pa.nulls(n, pa.string())
     col = table[name]
     arr = pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+    arr = arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         return arr.cast(pa.string())
     return pa.nulls(n, pa.string())
-
-
-def _flags(mask: pa.Array) -> np.ndarray:
-    return mask.to_numpy(zero_copy_only=False).astype(bool)
 
 
 def _vector_rows(vec: pa.Array, lengths: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
