@@ -38,9 +38,11 @@ from pipeline.analysis.bootstrap import (
 from pipeline.analysis.sql_files import bind_params, load_sql
 
 # Draws looked up in one pass over a large sample's staged items: their codes and values (6 columns) are
-# ~100 MiB, whatever n. Each pass reads the staged items once, in blocks of LOOKUP_BLOCK.
+# ~100 MiB, whatever n. Each pass reads the staged items once, in blocks of LOOKUP_BLOCK: a block's rows come
+# out of DuckDB as numpy arrays, so the block sets what a lookup holds above that (measured on the analyses of 10 M
+# items, benchmarks/pipeline_ceiling.py's set: the bootstrap peaked 0.69 GiB at 262,144 rows, 0.77 at 1,048,576)
 LOOKUP_DRAWS = 1 << 21
-LOOKUP_BLOCK = 1 << 20
+LOOKUP_BLOCK = 1 << 18
 # What a draw needs of its item (the table staged by stage_large_sample): dense integer codes of the sample's
 # order of norm, n_tokens, zipf and the value (equal values share one), and ln(norm) and the value less their
 # least (an exact shift, for the conditioning of the sums: each replicate centres them on its own mean)
