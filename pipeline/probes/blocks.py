@@ -11,6 +11,7 @@ every error names the file's line, row and column exactly as reading the whole f
 
 from __future__ import annotations
 
+import bisect
 import csv
 import posixpath
 from collections.abc import Iterator
@@ -95,10 +96,10 @@ def _parquet_blocks(url: str, storage_options: dict | None, block_rows: int) -> 
     blocks = []
     for first in range(0, starts[-1], block_rows):
         rows = min(block_rows, starts[-1] - first)
-        groups = tuple(g for g in range(meta.num_row_groups)
-                       if starts[g] < first + rows and starts[g + 1] > first)
-        blocks.append(BlockSource(len(blocks), url, ".parquet", first, rows, groups=groups,
-                                  skip=first - starts[groups[0]]))
+        # the groups holding rows first .. first + rows - 1: by bisection, for files of many small groups
+        g0, g1 = bisect.bisect_right(starts, first) - 1, bisect.bisect_left(starts, first + rows)
+        blocks.append(BlockSource(len(blocks), url, ".parquet", first, rows, groups=tuple(range(g0, g1)),
+                                  skip=first - starts[g0]))
     return blocks
 
 
