@@ -3,7 +3,7 @@
 :func:`split_probe_file` cuts a CSV, TSV or JSONL file into blocks at record boundaries in one streaming pass
 (a CSV record may span lines inside quotes: Python's ``csv`` reader, fed one line at a time, says where each
 record ends) and writes each block's bytes under a folder of the store; a Parquet file is cut into row ranges
-from its footer alone, and a block reads only the row groups its range touches, a batch at a time.
+from its footer alone, each read as a shard's rows are (:func:`pipeline.storage.shards.read_rows`).
 :func:`read_block` gives one block's :class:`~pipeline.probes.files.Columns`, numbered as in the whole file, so
 every error names the file's line, row and column exactly as reading the whole file does
 (:func:`pipeline.probes.files.read_columns`). Blocks are then prepared in parallel, one task each.
@@ -11,7 +11,6 @@ every error names the file's line, row and column exactly as reading the whole f
 
 from __future__ import annotations
 
-import bisect
 import csv
 import posixpath
 from collections.abc import Iterator
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 
 import fsspec
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.probes.base import ProbeInputError
@@ -32,6 +30,7 @@ from pipeline.probes.files import (
     decode_utf8,
     jsonl_records,
 )
+from pipeline.storage.shards import read_rows
 from pipeline.storage.store import Store
 
 MAX_FIELD = (1 << 31) - 1  # the csv module's largest field limit
@@ -52,8 +51,6 @@ class BlockSource:
     header_lines: int = 0  # physical lines of that header
     first_line: int = 1  # file line of the block's first row
     first_byte: int = 0  # file byte offset of the block's first row
-    groups: tuple[int, ...] = ()  # Parquet: the row groups its rows are in
-    skip: int = 0  # Parquet: rows of its first row group before the block's first row
 
 
 def file_format(url: str) -> str:
@@ -90,17 +87,9 @@ def _parquet_blocks(url: str, storage_options: dict | None, block_rows: int) -> 
             raise ProbeInputError(f"{url}: not a readable Parquet file ({exc}).") from exc
     # blocks are row ranges of block_rows, as a text file's are, whatever the writer's row groups: a file written
     # with 1 M-row groups (pyarrow's default) still gives blocks that fit a worker
-    starts = [0]
-    for g in range(meta.num_row_groups):
-        starts.append(starts[-1] + meta.row_group(g).num_rows)
-    blocks = []
-    for first in range(0, starts[-1], block_rows):
-        rows = min(block_rows, starts[-1] - first)
-        # the groups holding rows first .. first + rows - 1: by bisection, for files of many small groups
-        g0, g1 = bisect.bisect_right(starts, first) - 1, bisect.bisect_left(starts, first + rows)
-        blocks.append(BlockSource(len(blocks), url, ".parquet", first, rows, groups=tuple(range(g0, g1)),
-                                  skip=first - starts[g0]))
-    return blocks
+    total = meta.num_rows
+    return [BlockSource(k, url, ".parquet", first, min(block_rows, total - first))
+            for k, first in enumerate(range(0, total, block_rows))]
 
 
 class _Lines:
@@ -186,7 +175,7 @@ def read_block(block: BlockSource, store: Store, storage_options: dict | None = 
     if block.fmt == ".parquet":
         with fsspec.open(block.url, "rb", **(storage_options or {})) as fh:
             try:
-                table = _parquet_rows(pq.ParquetFile(fh), block)
+                table = read_rows(pq.ParquetFile(fh), block.first_row, block.rows)
             except Exception as exc:  # noqa: BLE001 - as in read_columns: any unreadable Parquet
                 raise ProbeInputError(f"{block.url}: not a readable Parquet file ({exc}).") from exc
         df = pl.from_arrow(table)
@@ -204,22 +193,6 @@ def read_block(block: BlockSource, store: Store, storage_options: dict | None = 
     if not records:
         raise ProbeInputError(f"{block.url}: no rows.")
     return columns_of(block.url, records, block.first_row)
-
-
-def _parquet_rows(pf: pq.ParquetFile, block: BlockSource) -> pa.Table:
-    """The block's rows of the file, read a batch at a time from the row groups they are in: the rows of a
-    group outside the block are dropped batch by batch, never held all at once."""
-    batches, skip, left = [], block.skip, block.rows
-    for batch in pf.iter_batches(batch_size=min(block.rows, 65536), row_groups=list(block.groups)):
-        if skip >= batch.num_rows:
-            skip -= batch.num_rows
-            continue
-        batch = batch.slice(skip, left)
-        skip, left = 0, left - batch.num_rows
-        batches.append(batch)
-        if not left:
-            break
-    return pa.Table.from_batches(batches, schema=pf.schema_arrow)
 
 
 __all__ = ["BLOCK_ROWS", "BlockSource", "file_format", "read_block", "split_probe_file"]

@@ -11,11 +11,13 @@ of the full run's shard and never overlaps another one.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from dataclasses import dataclass, field
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.probes.base import text_sha256 as hash_texts  # Shard's argument of that name would shadow it
@@ -31,6 +33,7 @@ MAX_AUTO_SHARD_SIZE = 131072  # workers embedding on a GPU (or mps)
 # with the shard (131,072-item shards peaked ~0.1 GiB higher than 65,536-item ones over the same 10 M set), and
 # even the tests' near-free model embeds ~10,000 items/s on a CPU worker: ~0.15 flow CPU-s per 6.5 worker-seconds.
 MAX_CPU_SHARD_SIZE = 65536
+READ_BATCH_ROWS = 65536  # rows read_rows takes from a Parquet file at a time
 # item_id -> text_sha256 of the rows of one part (None: a part written before rows carried the hash)
 PartRows = dict[str, str | None]
 
@@ -127,18 +130,29 @@ def read_shard(store: Store, ref: ShardRef, fingerprint: str) -> Shard:
     return shard
 
 
-def read_rows(pf: pq.ParquetFile, start: int, size: int, columns: list[str]):
-    """Rows ``[start, start + size)`` of a Parquet file, reading only the row groups they fall in."""
-    groups, first, offset = [], None, 0
+def read_rows(pf: pq.ParquetFile, start: int, size: int, columns: list[str] | None = None) -> pa.Table:
+    """Rows ``[start, start + size)`` of a Parquet file (``columns``, or all), reading only the row groups they fall
+    in, a batch at a time: rows of those groups outside the range are dropped batch by batch, so a file written
+    with large row groups (pyarrow's default is a million rows) is never held a whole group at once."""
+    starts = [0]
     for g in range(pf.metadata.num_row_groups):
-        n = pf.metadata.row_group(g).num_rows
-        if offset + n > start and offset < start + size:
-            groups.append(g)
-            first = offset if first is None else first
-        offset += n
-    if not groups:
-        return pf.schema_arrow.empty_table().select(columns)
-    return pf.read_row_groups(groups, columns=columns).slice(start - first, size)
+        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
+    schema = pf.schema_arrow if columns is None else pa.schema([pf.schema_arrow.field(c) for c in columns])
+    # the groups holding the range, by bisection over their first rows (a file may have many small groups)
+    g0, g1 = bisect.bisect_right(starts, start) - 1, bisect.bisect_left(starts, start + size)
+    batches, skip, left = [], start - starts[g0], size
+    if size > 0 and start < starts[-1]:
+        for batch in pf.iter_batches(batch_size=min(size, READ_BATCH_ROWS), row_groups=range(g0, g1),
+                                     columns=columns):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            batch = batch.slice(skip, left)
+            skip, left = 0, left - batch.num_rows
+            batches.append(batch)
+            if not left:
+                break
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 def shard_id(item_ids: list[str], text_hashes: list[str], fingerprint: str, params: dict) -> str:
