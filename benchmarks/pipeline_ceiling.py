@@ -25,14 +25,14 @@ PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script p
 - at the end, between the smallest and the largest size: the flow (CLI) process's marginal CPU-seconds per
   million items, whole audit and up to the end of the embedding phase, and the ratio of its peak RSS.
 
-Texts. Up to 1,156,092 items (wordfreq's 289,023 ASCII alphabetic English words x the 4 sentence templates)
-the set is exactly ``pipeline/probes/scale.write_probe_file``'s: ``<template>:<word>``, e.g. ``This is a
-house.``. Beyond that it goes on with word pairs, deterministically: for the second word w2 taken in
-frequency order, every first word w1 != w2 in frequency order, each in every template in turn, the template
-filled with ``w1 and a w2`` (``a photo of a house and a tree.``), id ``<template>:<w1>+<w2>``. Every item
-has the property ``zipf``: its first word's wordfreq Zipf frequency. The file has write_probe_file's
-columns (item_id, text, kind, lang, source, zipf). The whole file is the probe file the flow loads, however
-large: whether the flow's probe loading holds it is part of what this measures.
+Texts (``--texts``, benchmarks/ceiling_texts.py). ``same-mix`` (default): every item a template sentence of
+two English words drawn at random (``a photo of a house and a tree.``), the first n items the same whatever
+the sizes, every size the same mix of texts, so the ratios between sizes measure size alone.
+``singles-then-pairs``: the set of the runs before issue 36's ninth part (one-word sentences up to 1,156,092
+items, then longer word pairs), to compare with them. Every item has the property ``zipf``: its first word's
+wordfreq Zipf frequency; the file has write_probe_file's columns (item_id, text, kind, lang, source, zipf).
+The whole file is the probe file the flow loads, however large: whether the flow's probe loading holds it is
+part of what this measures.
 
 Memory guard: on a shared machine, if available memory (psutil) drops below ``--min-available-gib`` during
 an audit, the audit is stopped (SIGTERM to the CLI, SIGKILL of what is left of the processes it started) and
@@ -59,11 +59,11 @@ import time
 from pathlib import Path
 
 import psutil
+from ceiling_texts import MIXES, ceiling_sentences
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 SET = "template-sentences"
-PAIR_JOIN = " and a "
 # the probe file's set name is its stem; the same name at every size (each size has its own fresh root)
 # an audit's phases as the benchmark tells them apart: no row committed yet (start-up, the probe preparation and
 # the first shards), rows committing, every row committed (the analyses, the report, the shutdown)
@@ -111,48 +111,6 @@ def where_subprocess_imports(env: dict, cwd: Path) -> str:
     if out.returncode:
         sys.exit(f"error: a subprocess with the audit's environment cannot import the code:\n{out.stderr}")
     return out.stdout.strip()
-
-
-def english_words() -> list[str]:
-    """Every word :func:`pipeline.probes.scale.english_words` draws from, most frequent first (same rule)."""
-    from wordfreq import top_n_list
-
-    return [w for w in top_n_list("en", 10**7) if w.isascii() and w.isalpha()]
-
-
-def ceiling_sentences(n: int):
-    """The first ``n`` items of the benchmark's set (see the module docstring) as a probe-file frame."""
-    import polars as pl
-    from wordfreq import zipf_frequency
-
-    from pipeline.probes.scale import template_sentences
-    from pipeline.probes.templates import TEMPLATES
-
-    words = english_words()
-    singles = len(words) * len(TEMPLATES)
-    first = template_sentences(min(n, singles))
-    if n <= singles:
-        return first
-    source = f"{first['source'][0]}; beyond {singles:,} items, word pairs ('w1 and a w2')"
-    vocab = pl.DataFrame({"w1": words, "zipf": [zipf_frequency(w, "en") for w in words]}).with_row_index("rank")
-    forms = pl.DataFrame({
-        "key": list(TEMPLATES),
-        "prefix": [t.partition("{}")[0] for t in TEMPLATES.values()],
-        "suffix": [t.partition("{}")[2] for t in TEMPLATES.values()],
-    }).with_row_index("form")
-    grid = vocab.join(forms, how="cross").sort("rank", "form")
-    blocks, have = [first], singles
-    for w2 in words:  # one block per second word, most frequent first, until n items
-        block = grid.filter(pl.col("w1") != w2).select(
-            item_id=pl.concat_str("key", pl.lit(":"), "w1", pl.lit(f"+{w2}")),
-            text=pl.concat_str("prefix", "w1", pl.lit(f"{PAIR_JOIN}{w2}"), "suffix"),
-            kind=pl.lit("sentence"), lang=pl.lit("en"), source=pl.lit(source), zipf="zipf",
-        ).head(n - have)
-        blocks.append(block)
-        have += block.height
-        if have >= n:
-            break
-    return pl.concat(blocks, how="vertical_relaxed")
 
 
 _EMBEDDER = None  # in each plain-encode process: the tiny model, loaded once
@@ -298,7 +256,7 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
     folder.mkdir(parents=True, exist_ok=True)
     probes = str(folder / f"{SET}.parquet")
     t = time.perf_counter()
-    frame = ceiling_sentences(n)
+    frame = ceiling_sentences(n, args.texts)
     frame.write_parquet(probes)
     assert frame.height == n and frame["item_id"].n_unique() == n, "the benchmark's set has duplicate ids"
     del frame
@@ -418,6 +376,8 @@ def summary(results: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 5_000_000], help="items per audit")
+    ap.add_argument("--texts", choices=MIXES, default="same-mix",
+                    help="the sentences (benchmarks/ceiling_texts.py; default same-mix: every size the same mix)")
     ap.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default 2)")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
     ap.add_argument("--code", help="a checkout of normaudit to audit with (default: this repository)")
@@ -443,7 +403,8 @@ def main() -> None:
     print(f"code: {base} at commit {commit_of(base)}")
     print(f"the audit's subprocess imports pipeline, flows and reads the SQL files from: "
           f"{where_subprocess_imports(env, work)}")
-    print(f"sizes {', '.join(f'{n:,}' for n in args.sizes)}; model: the tests' tiny BERT ({tiny}); "
+    print(f"sizes {', '.join(f'{n:,}' for n in args.sizes)}; texts: {args.texts}; "
+          f"model: the tests' tiny BERT ({tiny}); "
           f"{args.workers} local workers of {threads} torch thread(s); plain encode in {args.workers} processes of "
           f"{threads} thread(s)")
     plain = PlainEncode(base, tiny, args.workers, threads)
