@@ -70,6 +70,8 @@ class TreeSampler:
         self.peak_at: dict[int, float] = {}  # seconds after the start when the peak was seen
         self.t0 = time.monotonic()
         self.seen: set[int] = set()
+        # every sample: (seconds after the start, pid, RSS bytes), to tell a creep from a spike
+        self.timeline: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
         self._thread.start()
@@ -105,6 +107,7 @@ class TreeSampler:
                 except psutil.Error:
                     continue
                 self.cpu[p.pid] = times.user + times.system
+                self.timeline.append((time.monotonic() - self.t0, p.pid, rss))
                 self.seen.add(p.pid)
                 if self.phase is not None:
                     key = (p.pid, self.phase())
@@ -124,6 +127,23 @@ class TreeSampler:
         return [f"{label} (pid {pid}): peak RSS {rss / 2**30:.2f} GiB at {self.peak_at[pid]:.0f} s, "
                 f"CPU {self.cpu.get(pid, 0.0):.0f} s"
                 for pid, (label, rss) in rows if rss >= min_bytes]
+
+    def write_timeline(self, path) -> None:
+        """Every sample as CSV: seconds, pid, process (its label), rss_gib."""
+        with open(path, "w") as fh:
+            fh.write("seconds,pid,process,rss_gib\n")
+            for t, pid, rss in self.timeline:
+                label = self.peak.get(pid, ("?", 0))[0]
+                fh.write(f"{t:.2f},{pid},{label},{rss / 2**30:.4f}\n")
+
+    def tenths(self, pid: int, end_s: float) -> list[float]:
+        """The process's peak RSS (GiB) in each tenth of ``end_s`` seconds (0 where it was not sampled)."""
+        out = [0.0] * 10
+        for t, p, rss in self.timeline:
+            if p == pid and t < end_s:
+                k = min(9, int(10 * t / end_s))
+                out[k] = max(out[k], rss / 2**30)
+        return out
 
     def cli_peak(self) -> int:
         return self.peak.get(self.root.pid, ("", 0))[1]

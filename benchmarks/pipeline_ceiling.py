@@ -1,6 +1,7 @@
 """What the pipeline itself carries when the model is nearly free: whole audits of 1 M and 5 M sentences.
 
-Run:  python benchmarks/pipeline_ceiling.py [--sizes 1000000 5000000] [--workers 2] [--keep DIR] [--code DIR]
+Run:  python benchmarks/pipeline_ceiling.py [--sizes 1000000 5000000] [--texts same-mix] [--workers 2] [--keep DIR]
+      [--code DIR]
 
 The model is the tests' tiny BERT (``tests/builders.build_tiny_model``: hidden 32, 2 layers), so the
 embedding costs little and what bounds the audit is the rest: probe loading and its gate, the commit path
@@ -18,7 +19,9 @@ PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script p
 - peak RSS and CPU-seconds of every process of the audit (the CLI process holds the flow and the local Dask
   scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds, whole and in each phase
   (until the first commit, while rows commit, after the last one), with each process's ratio largest /
-  smallest size to three decimals (workers ranked by their peak: #1 is the larger);
+  smallest size to three decimals (workers ranked by their peak: #1 is the larger); each Dask worker's peak
+  in each tenth of the audit's wall time (a creep rises tenth by tenth, a spike does not), and every sample
+  of every process in ``rss-timeline.csv`` beside the size's probe file;
 - the CLI's CPU-seconds and RSS at each tenth of the rows committed (polled from the manifest) and at the
   moment the last row is committed, the end of the embedding phase, so the commit path's CPU and that of
   the analyses and the report after it can be told apart; the analyses' seconds (``run_analyses``);
@@ -319,6 +322,11 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
             res["ranked"][f"{label} #{k}"] = {"whole": sampler.peak[pid][1], **phases}
             print(f"  {label} #{k} (pid {pid}): " + " / ".join(f"{v / GIB:.3f}" if v else "—" for v in phases.values())
                   + " GiB")
+    print("Dask workers' peak RSS in each tenth of the audit's wall time (GiB; a creep rises, a spike does not):")
+    for pid in sorted((p for p, (lab, _) in sampler.peak.items() if lab == "Dask worker"),
+                      key=lambda p: -sampler.peak[p][1]):
+        print(f"  pid {pid}: " + " ".join(f"{v:.2f}" for v in sampler.tenths(pid, wall)))
+    sampler.write_timeline(folder / "rss-timeline.csv")
     prep = timings.get(PREPARATION) or timings.get("prepare_probes")  # the latter: code before the blocks
     res["prep_s"] = prep[1] if prep else None
     if prep and not watch.stopped:
