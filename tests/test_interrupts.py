@@ -457,6 +457,56 @@ def test_a_second_ctrl_c_while_python_tears_down_still_exits_130(tmp_path):
     assert done.stderr.strip().splitlines() == ["error: interrupted; nothing was recorded yet"], done.stderr
 
 
+_CTRL_C_INSIDE_A_SERIALIZER = """
+import os, signal, sys, time
+
+import typer
+from pydantic import BaseModel, model_serializer
+
+from flows.interrupts import interruptible
+
+
+class Settings(BaseModel):
+    @model_serializer
+    def serialize(self):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands while pydantic serializes
+        time.sleep(5)
+        return {}
+
+
+app = typer.Typer()
+
+
+@app.command()
+@interruptible
+def main(control: bool = False):
+    if control:  # the library's own error, not a KeyboardInterrupt, is what comes out of the serializer
+        try:
+            Settings().model_dump()
+        except Exception as exc:
+            print(type(exc).__name__)
+            raise typer.Exit(0) from None
+    Settings().model_dump()
+
+
+app()
+"""
+
+
+def test_ctrl_c_that_a_library_wraps_in_its_own_error_before_a_run_exists_exits_130(tmp_path):
+    """CI: Ctrl-C 4 s into an audit landed inside a pydantic serializer (before the run was registered), came out
+    as PydanticSerializationError and the CLI exited 1 with a traceback instead of 130."""
+    script = tmp_path / "ctrl_c_in_serializer.py"
+    script.write_text(_CTRL_C_INSIDE_A_SERIALIZER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    control = subprocess.run([sys.executable, str(script), "--control"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert control.stdout.strip() == "PydanticSerializationError", control.stdout + control.stderr[-2000:]
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == ["error: interrupted; nothing was recorded yet"], done.stderr
+
+
 def test_a_termination_signal_pydantic_kept_only_by_name_is_an_interrupt():
     """pydantic-core may turn Prefect's TerminationSignal raised in a serializer into an error without a cause
     (CI: SIGTERM to the CLI mid-embedding exited 1 with this line): it is still an interrupt; other
