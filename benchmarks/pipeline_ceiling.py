@@ -13,7 +13,9 @@ PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script p
 - the whole audit's wall seconds and items/s, against plain ``Embedder.embed`` of the same texts with the same
   tiny model, run by this script as the audit's workers run it (W processes of cores // W torch threads; half
   of the texts before the audit, half after, so load drift on a shared machine weighs on both sides alike):
-  the ratio audit / plain;
+  the ratio audit / plain; and against ``SentenceTransformer.encode`` at its defaults in the same processes, on
+  ``--st-sample`` texts (the file's first half of them before the audit, its last half after): the encode a user
+  runs by hand (benchmarks/ceiling_baselines.py);
 - parts committed per second: parts in the partition's manifest / seconds of the embedding phase
   (``embed_probes`` in ``--timings``);
 - peak RSS and CPU-seconds of every process of the audit (the CLI process holds the flow and the local Dask
@@ -62,29 +64,15 @@ import time
 from pathlib import Path
 
 import psutil
+from ceiling_baselines import ParallelEncode, use_code
 from ceiling_texts import MIXES, ceiling_sentences
 
-REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 SET = "template-sentences"
 # the probe file's set name is its stem; the same name at every size (each size has its own fresh root)
 # an audit's phases as the benchmark tells them apart: no row committed yet (start-up, the probe preparation and
 # the first shards), rows committing, every row committed (the analyses, the report, the shutdown)
 PHASES = ("until the first commit", "embedding", "analyses and report")
-PLAIN_SLICE = 50_000  # texts per plain-encode job: small enough to spread evenly over the processes
-
-
-def use_code(code: Path | None) -> Path:
-    """Import ``pipeline`` and ``tests`` from ``code`` (default: this repository) before anything else does."""
-    base = (code or REPO).resolve()
-    sys.path.insert(0, str(base))
-    import pipeline
-    import tests
-
-    for mod in (pipeline, tests):
-        if not Path(mod.__file__).resolve().is_relative_to(base):
-            sys.exit(f"error: {mod.__name__} was imported from {mod.__file__}, not from {base}")
-    return base
 
 
 def commit_of(base: Path) -> str:
@@ -114,55 +102,6 @@ def where_subprocess_imports(env: dict, cwd: Path) -> str:
     if out.returncode:
         sys.exit(f"error: a subprocess with the audit's environment cannot import the code:\n{out.stderr}")
     return out.stdout.strip()
-
-
-_EMBEDDER = None  # in each plain-encode process: the tiny model, loaded once
-
-
-def _plain_init(code: str, model: str, threads: int) -> None:
-    global _EMBEDDER
-    use_code(Path(code))
-    from pipeline.audit.steps import resolve
-    from pipeline.embedding.embed import Embedder
-
-    _EMBEDDER = Embedder(resolve(model), device="cpu", threads=threads)
-    _EMBEDDER.embed(["warm up the model", "and its tokenizer"] * 128)
-
-
-def _plain_slice(probes: str, lo: int, hi: int) -> int:
-    import polars as pl
-
-    texts = pl.scan_parquet(probes).select("text").slice(lo, hi - lo).collect()["text"].to_list()
-    _EMBEDDER.embed(texts)
-    return len(texts)
-
-
-class PlainEncode:
-    """Plain ``Embedder.embed`` of the probe file's texts as the audit's workers run it: W processes of T torch
-    threads each (T = cores // W, the audit's default), each given slices of the file in turn, timed as a whole.
-
-    One process of W x T threads would be a different baseline, and a fragile one: on a shared, busy machine
-    its threads wait on each other (measured here with the tiny model: 2 threads 13 x slower than 1).
-    """
-
-    def __init__(self, code: Path, model: str, workers: int, threads: int):
-        self.code, self.model, self.workers, self.threads = code, model, workers, threads
-
-    def seconds(self, probes: str, lo: int, hi: int) -> float:
-        """Seconds to embed rows ``lo:hi``; the processes start (and warm up) untimed and end after, so they
-        hold no memory while the audit runs."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_plain_init,
-                                 initargs=(str(self.code), self.model, self.threads)) as pool:
-            list(pool.map(time.sleep, [0.0] * self.workers))  # every process up and warm before the clock starts
-            t = time.perf_counter()
-            bounds = [(a, min(a + PLAIN_SLICE, hi)) for a in range(lo, hi, PLAIN_SLICE)]
-            done = sum(pool.map(_plain_slice, [probes] * len(bounds), *zip(*bounds, strict=True)))
-            spent = time.perf_counter() - t
-        assert done == hi - lo, f"plain encode embedded {done} texts of {hi - lo}"
-        return spent
 
 
 class Watch:
@@ -249,7 +188,7 @@ def audit(args, env: dict, tiny: str, probes: str, root: str, log: Path, n: int)
     return wall, rc, log.read_text(), sampler, watch
 
 
-def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int) -> dict:
+def one_size(args, env: dict, tiny: str, plain: ParallelEncode, st: ParallelEncode, work: Path, n: int) -> dict:
     from million_audit import parse_timings
 
     from pipeline.storage.shards import default_shard_size
@@ -267,9 +206,10 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
     print(f"probe file: {n:,} rows, {os.path.getsize(probes) / 2**20:.0f} MiB, built in "
           f"{time.perf_counter() - t:.0f} s; {-(-n // size)} shards of {size:,}", flush=True)
 
-    half = n // 2
+    half, sample = n // 2, min(args.st_sample, n) // 2
     first = plain.seconds(probes, 0, half)
     print(f"plain encode, first half: {half / first:,.0f} items/s", flush=True)
+    st_first = st.seconds(probes, 0, sample) if sample else None
     root = str(folder / "root")
     vm = psutil.virtual_memory()
     print(f"before the audit: load average {os.getloadavg()[0]:.2f}, available memory {vm.available / GIB:.1f} GiB",
@@ -278,7 +218,13 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
     second = plain.seconds(probes, half, n)
     rate = n / (first + second)
     print(f"plain encode, second half: {(n - half) / second:,.0f} items/s; both: {rate:,.0f} items/s", flush=True)
-    res = {"n": n, "wall": wall, "rc": rc, "plain": rate, "stopped": watch.stopped, "embed_end": watch.embed_end,
+    st_rate = None
+    if sample:  # the sample's first half before the audit (the file's first rows), its second half after (its last)
+        st_rate = 2 * sample / (st_first + st.seconds(probes, n - sample, n))
+        print(f"sentence-transformers encode (batch 32), {2 * sample:,} texts, the file's first and last "
+              f"{sample:,}: {st_rate:,.0f} items/s", flush=True)
+    res = {"n": n, "wall": wall, "rc": rc, "plain": rate, "st": st_rate, "stopped": watch.stopped,
+           "embed_end": watch.embed_end,
            "cli_peak": sampler.cli_peak(), "cli_cpu": max(sampler.cpu.get(sampler.root.pid, 0.0),
                                                            watch.embed_end[1] if watch.embed_end else 0.0)}
     if watch.stopped or rc != 0:
@@ -291,7 +237,8 @@ def one_size(args, env: dict, tiny: str, plain: PlainEncode, work: Path, n: int)
     res.update(parts=watch.parts, embed_s=embed_s, analyses=timings.get("run_analyses", (0, float("nan")))[1])
     if not watch.stopped:
         print(f"audit: exit {rc}, {wall:.1f} s = {n / wall:,.0f} items/s -> whole audit / plain encode = "
-              f"{n / wall / rate:.3f}")
+              f"{n / wall / rate:.3f}" + (f", / sentence-transformers encode = {n / wall / st_rate:.3f}"
+                                          if st_rate else ""))
     print(f"embedding phase (embed_probes): {embed_s:.1f} s; {watch.parts} parts in the manifest "
           f"({watch.rows:,} rows) -> {watch.parts / embed_s:.2f} parts committed/s")
     for step, (runs, secs) in timings.items():
@@ -340,18 +287,22 @@ PREPARATION = "probe preparation wall"  # a line of --timings: first preparation
 
 def summary(results: list[dict]) -> None:
     print("\n== summary ==")
-    print("| items | whole audit | items/s | plain encode items/s | audit / plain | parts/s (embed phase) | "
-          "CLI peak RSS | CPU s: CLI / workers / Prefect API | CLI CPU at embed end | analyses s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| items | whole audit | items/s | plain encode items/s | audit / plain | sentence-transformers items/s | "
+          "audit / sentence-transformers | parts/s (embed phase) | CLI peak RSS | CPU s: CLI / workers / Prefect API | "
+          "CLI CPU at embed end | analyses s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         procs = r["procs"]
         workers = " + ".join(f"{v:.1f}" for v in procs.get("Dask worker", [])) or "—"
         api = " + ".join(f"{v:.1f}" for v in procs.get("Prefect API", [])) or "—"
         rate = "—" if r["stopped"] else f"{r['n'] / r['wall']:,.0f}"
         ratio = "—" if r["stopped"] else f"{r['n'] / r['wall'] / r['plain']:.3f}"
+        st_rate = f"{r['st']:,.0f}" if r["st"] else "—"
+        st_ratio = "—" if r["stopped"] or not r["st"] else f"{r['n'] / r['wall'] / r['st']:.3f}"
         end = f"{r['embed_end'][1]:.1f} s at {r['embed_end'][0]:.0f} s" if r["embed_end"] else "—"
         wall = r["stopped"] or (f"{r['wall']:.1f} s" + ("" if r["rc"] == 0 else f" (FAILED, exit {r['rc']})"))
-        print(f"| {r['n']:,} | {wall} | {rate} | {r['plain']:,.0f} | {ratio} | {r['parts'] / r['embed_s']:.2f} | "
+        print(f"| {r['n']:,} | {wall} | {rate} | {r['plain']:,.0f} | {ratio} | {st_rate} | {st_ratio} | "
+              f"{r['parts'] / r['embed_s']:.2f} | "
               f"{r['cli_peak'] / GIB:.2f} GiB | {r['cli_cpu']:.1f} / {workers} / {api} | {end} | "
               f"{r['analyses']:.1f} |")
     done = [r for r in results if r["rc"] == 0 and not r["stopped"]]
@@ -387,6 +338,9 @@ def main() -> None:
     ap.add_argument("--texts", choices=MIXES, default="same-mix",
                     help="the sentences (benchmarks/ceiling_texts.py; default same-mix: every size the same mix)")
     ap.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default 2)")
+    ap.add_argument("--st-sample", type=int, default=200_000,
+                    help="texts for the sentence-transformers baseline, half before the audit and half after "
+                         "(default 200,000; 0: none)")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
     ap.add_argument("--code", help="a checkout of normaudit to audit with (default: this repository)")
     ap.add_argument("--poll", type=float, default=0.25, help="seconds between samples (default 0.25)")
@@ -415,8 +369,9 @@ def main() -> None:
           f"model: the tests' tiny BERT ({tiny}); "
           f"{args.workers} local workers of {threads} torch thread(s); plain encode in {args.workers} processes of "
           f"{threads} thread(s)")
-    plain = PlainEncode(base, tiny, args.workers, threads)
-    results = [one_size(args, env, tiny, plain, work, n) for n in args.sizes]
+    plain = ParallelEncode(base, tiny, args.workers, threads, "embedder")
+    st = ParallelEncode(base, tiny, args.workers, threads, "sentence-transformers")
+    results = [one_size(args, env, tiny, plain, st, work, n) for n in args.sizes]
     summary(results)
     if not args.keep:
         import shutil
