@@ -120,8 +120,8 @@ def test_audit_step_stores_the_comparison_and_its_page(small_releases):
 
 # ---------- through the installed CLI: two tiny models, one of them audited at two releases ----------
 
-def _cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+def _cli(*args: str, check: int | None = 0, **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | extra
     out = subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=600)
     if check is not None:
         assert out.returncode == check, out.stdout + out.stderr
@@ -189,6 +189,19 @@ def test_compare_two_models_through_the_cli(audited):
     assert "'nope'" in bad.stderr and "tiny-a" in bad.stderr and "tiny-b" in bad.stderr
     bad = _cli("compare", "--model", "tiny-a", "--release", "r9", "--against", "tiny-b", "--root", audited, check=1)
     assert "'r9'" in bad.stderr and "['r1', 'r2']" in bad.stderr
+
+
+def test_compare_and_report_hold_duckdb_to_the_analysis_memory_setting(audited):
+    """`normaudit compare` and `normaudit report` run DuckDB under NORMAUDIT_ANALYSIS_MEMORY, as the audit's own
+    comparison and report do (left at DuckDB's default, 80% of the machine, the report of 10 M items held 3.3 GiB):
+    a budget too small is said as that setting, and the default one finishes."""
+    for args, what in ((("compare", "--model", "tiny-a", "--against", "tiny-b", "--resamples", "50"), "the comparison"),
+                       (("report", "--model", "tiny-a"), "the report")):
+        out = _cli(*args, "--root", audited, check=1, NORMAUDIT_ANALYSIS_MEMORY="1MB")
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"{what} needed more than NORMAUDIT_ANALYSIS_MEMORY=1MB of DuckDB memory" \
+            in errors[0], out.stderr[-3000:]
+        _cli(*args, "--root", audited, check=0)
 
 
 def test_models_page_lists_both_models_links_comparisons_and_has_forest_plots(audited):

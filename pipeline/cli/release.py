@@ -37,6 +37,21 @@ def compare(
     the alerts it would raise are shown (exit 3 when any). The comparison is stored (view
     ``comparisons``) and written as a page under <root>/reports/compare/.
     """
+    from pipeline.settings import load_settings
+    from pipeline.storage.catalog import within_memory
+    from pipeline.storage.store import open_store
+
+    settings = load_settings(root=root)
+    # DuckDB under the audit's budget (NORMAUDIT_ANALYSIS_MEMORY), as the audit's own comparison: it spills past it,
+    # and what it cannot spill is said as that setting
+    with within_memory(settings.analysis_memory, "the comparison"):
+        _compare(open_store(settings), settings.analysis_memory, model, release, against, against_release, threshold,
+                 require_significant, resamples, seed)
+
+
+def _compare(store, memory: str, model: str, release: str | None, against: str | None, against_release: str | None,
+             threshold: float | None, require_significant: bool, resamples: int, seed: int | None) -> None:
+    """The comparison :func:`compare` describes, on ``store`` with DuckDB under ``memory``."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -44,13 +59,10 @@ def compare(
     from pipeline.analysis.comparison_page import render_comparison_page
     from pipeline.analysis.paired import paired_comparison, write_comparison
     from pipeline.progress import RichProgress, use_progress
-    from pipeline.settings import load_settings
     from pipeline.storage.catalog import open_catalog
     from pipeline.storage.runs import new_run_id
-    from pipeline.storage.store import open_store
 
-    store = open_store(load_settings(root=root))
-    con = open_catalog(store)
+    con = open_catalog(store, memory_limit=memory)
     try:
         other_release, other_run = audited_release(con, model, release)
         if against is None and against_release is None:

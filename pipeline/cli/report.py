@@ -29,10 +29,11 @@ def report(
     with --models, the page of every audited model and release instead."""
     from pipeline.analysis.report import render_report
     from pipeline.settings import load_settings
-    from pipeline.storage.catalog import open_catalog
+    from pipeline.storage.catalog import open_catalog, within_memory
     from pipeline.storage.store import open_store
 
-    store = open_store(load_settings(root=root, s3_endpoint_url=s3_endpoint_url))
+    settings = load_settings(root=root, s3_endpoint_url=s3_endpoint_url)
+    store = open_store(settings)
     require_store(store, root)  # reads a store: never creates one at a mistyped root
     if models:
         from pipeline.analysis.models_page import render_models_page
@@ -60,8 +61,10 @@ def report(
             )
             raise typer.Exit(1)
         release = rows[0][0]
-    try:
-        url = render_report(store, model, release)
+    try:  # DuckDB under the audit's budget, as in the audit's own report: left to its default (80% of the machine's
+        # memory) it held 3.3 GiB for the report of 10 M items, 0.54 GiB under the audit's 256MB
+        with within_memory(settings.analysis_memory, "the report"):
+            url = render_report(store, model, release, memory_limit=settings.analysis_memory)
     except (LookupError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc
