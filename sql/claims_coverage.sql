@@ -1,6 +1,7 @@
 -- claims_coverage: how much of each probe set a release embedded: the claims table names its population by it
 -- (a --limit audit embeds the first N items of a set in its stable order, e.g. WordNet's most frequent nouns).
--- params:  $model, $release
+-- The release's side comes from stg_release_sets (staged for the query's model and release: pipeline/analysis/sql.py).
+-- params:  none of its own (its scope is stg_release_sets')
 -- columns: probe_set, n_items (in the stored set), n_embedded
 with
 
@@ -11,10 +12,7 @@ items as (
 ),
 
 embedded as (
-    select probe_set, count(*) as n_embedded
-    from embeddings
-    where model = $model and release = $release
-    group by all
+    select probe_set, n_embedded from stg_release_sets
 ),
 
 final as (

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.analysis.analyses import RESULT_COLUMNS, run_analysis
 from pipeline.analysis.retrieval_intervals import REPLICATES
-from pipeline.analysis.sql import DEFAULT_PARAMS, run_query
+from pipeline.analysis.sql import DEFAULT_PARAMS, ensure_staged, run_query
 from pipeline.analysis.unit_bootstrap import (
     POISSON,
     bootstrap_p,
@@ -250,8 +250,8 @@ def run_tests(con: duckdb.DuckDBPyConnection, results: pl.DataFrame, model: str,
             read from it), e.g. the audit's.
         results: the release's ``results`` rows (hypernym shares, retrieval statistics).
     """
-    embedded = set(con.execute("select distinct probe_set from embeddings where model = $m and release = $r",
-                               {"m": model, "r": release}).fetchnumpy()["probe_set"].tolist())
+    ensure_staged(con, "stg_release_sets", model, release)  # the release's probe sets, read once per connection
+    embedded = set(con.execute("select probe_set from stg_release_sets").fetchnumpy()["probe_set"].tolist())
     out = []
     for test in CLAIM_TESTS:
         if test.probe_set not in embedded:

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.analysis.sql import load_sql, run_query
+from pipeline.analysis.sql import empty_result, load_sql, run_query
 
 # Exponents of the document norm for norm_rescoring; 0 is plain cosine.
 ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
@@ -58,6 +58,11 @@ def _matrix(vectors: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def load_retrieval_sets(con: duckdb.DuckDBPyConnection, model: str, release: str) -> list[RetrievalSet]:
     """Every probe set of the release that has both queries and documents embedded."""
+    # a probe set without both kinds of item cannot be one: no read of the release's embeddings (~11 s at 10 M
+    # items) when none has them, as in most audits
+    if not con.execute("select probe_set from probe_items where kind in ('query', 'doc') group by probe_set "
+                       "having count(distinct kind) = 2 limit 1").fetchall():
+        return []
     table = con.sql(
         load_sql("retrieval_vectors"), params={"model": model, "release": release}
     ).to_arrow_table()
@@ -167,7 +172,9 @@ def register_retrieval_tables(con: duckdb.DuckDBPyConnection, model: str, releas
     con.register("retrieval_rankings_input", rankings.to_arrow())
     con.execute("create or replace temp table retrieval_rankings as select * from retrieval_rankings_input")
     con.unregister("retrieval_rankings_input")
-    per_query = run_query(con, "retrieval_per_query", model=model, release=release)
+    # every per-query row is a ranked query's: without rankings, the query's columns alone
+    per_query = (run_query if rankings.height else empty_result)(con, "retrieval_per_query", model=model,
+                                                                 release=release)
     con.register("retrieval_queries_input", per_query.to_arrow())
     con.execute("create or replace temp table retrieval_queries as select * from retrieval_queries_input")
     con.unregister("retrieval_queries_input")

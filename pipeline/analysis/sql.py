@@ -20,12 +20,14 @@ __all__ = ["bind_params", "load_sql", "sql_dir"]  # their home is sql_files; imp
 ANALYSIS_STAGED = ("stg_analysis_groups", "stg_analysis_values")
 # Staged queries, materialized once per connection and scope for every query that names them. The units of
 # hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
-STAGED_QUERIES = (*ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
+STAGED_QUERIES = ("stg_release_sets", *ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
 # Staged queries built in more than one statement: the tables named here are staged first (each its own SQL file)
 # and dropped once the query that reads them is. One statement per step spills within the analyses' memory limit
 # where the whole query in one did not: at 256MB, 10 M items in one statement, or 1 M with the string joins and
 # the ranking of norms in one, failed.
 STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_scope", "stg_analysis_positions", "stg_analysis_items")}
+# A comment of an SQL file, to its line's end: the tables a query reads are those its code names
+_COMMENT = re.compile(r"--[^\n]*")
 # Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
 REPLICATE_KEYS = "bootstrap_replicate_keys"
 # The bootstrap's replicate statistics (norm_vs_property_ci reads them), staged per (model, release, seed,
@@ -59,6 +61,8 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
     if staged_for(con, name) == (model, release, None):
         return
     steps = STAGED_STEPS.get(name, ())
+    for table in (*steps, name):  # the staged tables its statements read, for the same scope, first
+        ensure_staged_of(con, load_sql(table), model, release, skip=(*steps, name))
     with any_row_order(con):
         for table in (*steps, name):
             sql = load_sql(table)
@@ -120,10 +124,13 @@ def stage_replicate_keys(con: duckdb.DuckDBPyConnection, seed: int, first_resamp
     con.execute(f"create or replace temp table {REPLICATE_KEYS} as {sql}", bind_params(sql, params))
 
 
-def ensure_staged_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str) -> None:
-    """Build the staged tables (:data:`STAGED_QUERIES`) that query text ``sql`` names, for ``model`` and ``release``."""
+def ensure_staged_of(con: duckdb.DuckDBPyConnection, sql: str, model: str, release: str,
+                     skip: tuple[str, ...] = ()) -> None:
+    """Build the staged tables (:data:`STAGED_QUERIES`) that query text ``sql`` reads (outside its comments), for
+    ``model`` and ``release``; none of ``skip``."""
+    code = _COMMENT.sub("", sql)
     for table in STAGED_QUERIES:
-        if re.search(rf"\b{table}\b", sql):
+        if table not in skip and re.search(rf"\b{table}\b", code):
             ensure_staged(con, table, model, release)
 
 
@@ -174,3 +181,11 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFra
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
     return con.sql(sql, params=bind_params(sql, params)).pl()
+
+
+def empty_result(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
+    """``sql/<name>.sql``'s columns and types without its rows: DuckDB plans the query and reads no table, for
+    a caller that knows the result is empty (its staged tables are built as :func:`run_query` would)."""
+    sql = load_sql(name)
+    ensure_staged_of(con, sql, params.get("model", ""), params.get("release", ""))
+    return con.sql(f"select * from ({sql}\n) limit 0", params=bind_params(sql, params)).pl()
