@@ -46,10 +46,14 @@ def test_box_stats_equal_matplotlibs_on_every_item(stored):
 def test_density_counts_equal_numpys_two_dimensional_histogram(stored):
     store, _, zipf, norms = stored
     con = open_catalog(store)
-    (extent,) = run_query(con, "report_extents", model="m", release="r", property="zipf").rows(named=True)
+    # every property asked for at once: those the set lacks (rating_sd) have no row; the norms' range is the
+    # inventory's
+    (extent,) = run_query(con, "report_extents", properties=["zipf", "rating_sd"]).rows(named=True)
+    (inventory,) = run_query(con, "report_inventory", model="m", release="r").rows(named=True)
     x0, x1, y0, y1 = zipf.min(), zipf.max(), norms.min(), norms.max()
-    assert extent == pytest.approx({"probe_set": "p", "x0": x0, "x1": x1, "y0": y0, "y1": y1})
-    extent.pop("probe_set")
+    assert extent == pytest.approx({"probe_set": "p", "property": "zipf", "x0": x0, "x1": x1})
+    assert (inventory["min_norm"], inventory["max_norm"]) == pytest.approx((y0, y1))
+    extent = {"x0": extent["x0"], "x1": extent["x1"], "y0": inventory["min_norm"], "y1": inventory["max_norm"]}
     got = run_query(con, "report_density", model="m", release="r", property="zipf", probe_set="p", cells=40,
                     **extent)
     assert got["items"].sum() == N

@@ -199,7 +199,7 @@ def render_report(store: Store, model: str, release: str, memory_limit: str | No
             f"releases of {model!r}: {[r[0] for r in known] or 'none'}. Run `normaudit audit` first."
         )
     runs = run_query(con, "report_runs", model=model, release=release)
-    figures = property_plots(con, store, folder, model, release, results) + _retrieval_plots(
+    figures = property_plots(con, store, folder, model, release, results, inventory=inventory) + _retrieval_plots(
         store, folder, results
     )
     drift = run_query(con, "release_drift", model=model, release=release)

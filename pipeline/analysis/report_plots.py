@@ -79,14 +79,21 @@ def _title(results: pl.DataFrame, probe_set: str, prop: str, n: int) -> str:
 
 
 def property_plots(con: duckdb.DuckDBPyConnection, store: Store, folder: str, model: str, release: str,
-                   results: pl.DataFrame, points_max: int = POINTS_MAX) -> list[Plot]:
+                   results: pl.DataFrame, points_max: int = POINTS_MAX,
+                   inventory: pl.DataFrame | None = None) -> list[Plot]:
     """Write a plot of norm against each property of :data:`SCATTER_PROPERTIES` and :data:`BOX_PROPERTY` per probe
     set that has it into ``folder``; returns them in that order. Sets of more than ``points_max`` items are
-    drawn from grid counts."""
+    drawn from grid counts, over the range of each probe set's norms in ``inventory`` (the release's
+    ``report_inventory`` rows; read here when not given)."""
     out = []
     params = {"model": model, "release": release}
+    if inventory is None:
+        inventory = run_query(con, "report_inventory", **params)
+    norms = inventory.select("probe_set", y0="min_norm", y1="max_norm")
+    extents = (run_query(con, "report_extents", properties=list(SCATTER_PROPERTIES))
+               .join(norms, on="probe_set").sort("probe_set", "property"))
     for prop in SCATTER_PROPERTIES:
-        for extent in run_query(con, "report_extents", **params, property=prop).iter_rows(named=True):
+        for extent in extents.filter(pl.col("property") == prop).drop("property").iter_rows(named=True):
             probe_set = extent.pop("probe_set")
             cells = run_query(con, "report_density", **params, property=prop, probe_set=probe_set,
                               cells=DENSITY_CELLS, **extent)
