@@ -338,9 +338,11 @@ def main() -> None:
     ap.add_argument("--texts", choices=MIXES, default="same-mix",
                     help="the sentences (benchmarks/ceiling_texts.py; default same-mix: every size the same mix)")
     ap.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default 2)")
-    ap.add_argument("--st-sample", type=int, default=200_000,
+    # 200,000 texts (~20 s of encode) ran at 7,314 and 10,736 items/s in one run (docs/benchmarks.md, issue 36's
+    # eleventh part): too short a window on a shared machine to decide a ratio near 1
+    ap.add_argument("--st-sample", type=int, default=1_000_000,
                     help="texts for the sentence-transformers baseline, half before the audit and half after "
-                         "(default 200,000; 0: none)")
+                         "(default 1,000,000, or the whole file if smaller; 0: none)")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
     ap.add_argument("--code", help="a checkout of normaudit to audit with (default: this repository)")
     ap.add_argument("--poll", type=float, default=0.25, help="seconds between samples (default 0.25)")
