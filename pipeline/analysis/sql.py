@@ -175,17 +175,22 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFra
     A query reading a staged table (:data:`STAGED_QUERIES`) gets it built first for its ``model`` and ``release``;
     one reading the bootstrap replicates (:data:`BOOTSTRAP`) gets them for its ``resamples`` and ``seed`` too.
     """
+    sql = _with_inputs(con, name, params)
+    return con.sql(sql, params=bind_params(sql, params)).pl()
+
+
+def empty_result(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
+    """``sql/<name>.sql``'s columns and types without its rows, its inputs built as :func:`run_query` builds them:
+    DuckDB plans the query and reads no table, for a caller that knows the result is empty."""
+    sql = _with_inputs(con, name, params)
+    return con.sql(f"select * from ({sql}\n) limit 0", params=bind_params(sql, params)).pl()
+
+
+def _with_inputs(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> str:
+    """The text of ``sql/<name>.sql``, after building the staged tables and bootstrap replicates it reads."""
     sql = load_sql(name)
     if any(re.search(rf"\b{table}\b", sql) for table in STAGED_QUERIES):
         ensure_staged_of(con, sql, params["model"], params["release"])
     if re.search(rf"\b{BOOTSTRAP}\b", sql):
         ensure_bootstrap_replicates(con, **params)
-    return con.sql(sql, params=bind_params(sql, params)).pl()
-
-
-def empty_result(con: duckdb.DuckDBPyConnection, name: str, **params) -> pl.DataFrame:
-    """``sql/<name>.sql``'s columns and types without its rows: DuckDB plans the query and reads no table, for
-    a caller that knows the result is empty (its staged tables are built as :func:`run_query` would)."""
-    sql = load_sql(name)
-    ensure_staged_of(con, sql, params.get("model", ""), params.get("release", ""))
-    return con.sql(f"select * from ({sql}\n) limit 0", params=bind_params(sql, params)).pl()
+    return sql
