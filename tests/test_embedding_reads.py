@@ -51,6 +51,29 @@ def test_the_release_s_probe_sets_are_read_once_for_the_groups_the_coverage_and_
     assert run_tests(con, pl.DataFrame(), "m", "r", seed=0, resamples=10) == []  # no claim's probe set here
 
 
+def test_the_probe_sets_and_the_analysed_values_share_one_read_of_the_release(store):
+    con = open_catalog(store)
+    ensure_staged(con, "stg_release_sets", "m", "r")
+    _delete_parts(store)
+    ensure_staged(con, "stg_analysis_values", "m", "r")  # its steps start from the same staged read
+    ensure_staged(con, "stg_analysis_groups", "m", "r")
+    zipf = con.execute("select count(*) from stg_analysis_values v join stg_analysis_groups g using (group_key) "
+                       "where g.property = 'zipf'").fetchone()[0]
+    assert zipf == N
+    tables = {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert {"stg_release_sets", "stg_analysis_values"} <= tables and "stg_analysis_scope" not in tables
+
+
+def test_the_shared_read_stays_until_every_table_built_from_it_is_staged(store):
+    con = open_catalog(store)
+    ensure_staged(con, "stg_analysis_values", "m", "r")
+    tables = {r[0] for r in con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+    assert "stg_analysis_scope" in tables and "stg_analysis_positions" not in tables
+    _delete_parts(store)
+    assert run_query(con, "claims_coverage", model="m", release="r").rows() == [("p", N, N)]
+    assert "stg_analysis_scope" not in {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+
+
 def test_a_release_without_queries_and_documents_is_not_read_for_the_retrieval_search(store):
     con = open_catalog(store)
     searched = register_retrieval_tables(con, "m", "r")  # with its files: no rows, the query's own columns

@@ -20,12 +20,16 @@ __all__ = ["bind_params", "load_sql", "sql_dir"]  # their home is sql_files; imp
 ANALYSIS_STAGED = ("stg_analysis_groups", "stg_analysis_values")
 # Staged queries, materialized once per connection and scope for every query that names them. The units of
 # hypernym_pairs and token_norm_vs_frequency are staged too: a paired comparison reads them per side.
-STAGED_QUERIES = ("stg_release_sets", *ANALYSIS_STAGED, "stg_hypernym_pairs", "stg_token_words")
+STAGED_QUERIES = ("stg_analysis_scope", "stg_release_sets", *ANALYSIS_STAGED, "stg_hypernym_pairs",
+                  "stg_token_words")
 # Staged queries built in more than one statement: the tables named here are staged first (each its own SQL file)
 # and dropped once the query that reads them is. One statement per step spills within the analyses' memory limit
 # where the whole query in one did not: at 256MB, 10 M items in one statement, or 1 M with the string joins and
 # the ranking of norms in one, failed.
-STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_scope", "stg_analysis_positions", "stg_analysis_items")}
+STAGED_STEPS = {"stg_analysis_values": ("stg_analysis_positions", "stg_analysis_items")}
+# Staged tables that several staged queries read (each names it in its SQL), dropped once all of those are staged
+# for its scope: the release's one read of the embeddings view (~10 s at 10 M items) serves both.
+SHARED_STAGED = {"stg_analysis_scope": ("stg_release_sets", "stg_analysis_values")}
 # A comment of an SQL file, to its line's end: the tables a query reads are those its code names
 _COMMENT = re.compile(r"--[^\n]*")
 # Each batch's replicate keys (a paired comparison's weights): see stage_replicate_keys.
@@ -56,7 +60,8 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
 
     Once per connection and (model, release): the analyses that read it then share one string join
     and one sort of item ids. A query with steps (:data:`STAGED_STEPS`) stages them first, one statement each,
-    and drops them after. Open a new catalog after committing more data (a catalog is a snapshot).
+    and drops them after; a staged table several queries read (:data:`SHARED_STAGED`) is dropped once they all are
+    staged. Open a new catalog after committing more data (a catalog is a snapshot).
     """
     if staged_for(con, name) == (model, release, None):
         return
@@ -71,6 +76,11 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
         for table in steps:  # read once, by ``name``: its rows need not outlive it (nor fill the spill folder)
             con.execute(f"drop table {table}")
     record_staged(con, name, model, release)
+    for shared, readers in SHARED_STAGED.items():  # nor those of a table every reader of which is now staged
+        done = (model, release, None)
+        if name in readers and staged_for(con, shared) == done and all(staged_for(con, r) == done for r in readers):
+            con.execute(f"drop table {shared}")
+            forget_staged(con, shared)
 
 
 @contextmanager
