@@ -19,8 +19,9 @@ PREFECT_API_URL or NORMAUDIT_* from the caller's environment), and this script p
 - parts committed per second: parts in the partition's manifest / seconds of the embedding phase
   (``embed_probes`` in ``--timings``);
 - peak RSS and CPU-seconds of every process of the audit (the CLI process holds the flow and the local Dask
-  scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds, whole and in each phase
-  (until the first commit, while rows commit, after the last one), with each process's ratio largest /
+  scheduler; each Dask worker; the Prefect API), sampled every ``--poll`` seconds, whole (with the kernel's
+  high-water mark read at each sample, so a peak between samples counts: ``million_audit.TreeSampler``) and in
+  each phase (until the first commit, while rows commit, after the last one), with each process's ratio largest /
   smallest size to three decimals (workers ranked by their peak: #1 is the larger); each Dask worker's peak
   in each tenth of the audit's wall time (a creep rises tenth by tenth, a spike does not), and every sample
   of every process in ``rss-timeline.csv`` beside the size's probe file;
