@@ -76,8 +76,8 @@ def ensure_staged(con: duckdb.DuckDBPyConnection, name: str, model: str, release
         for table in steps:  # read once, by ``name``: its rows need not outlive it (nor fill the spill folder)
             con.execute(f"drop table {table}")
     record_staged(con, name, model, release)
+    done = (model, release, None)
     for shared, readers in SHARED_STAGED.items():  # nor those of a table every reader of which is now staged
-        done = (model, release, None)
         if name in readers and staged_for(con, shared) == done and all(staged_for(con, r) == done for r in readers):
             con.execute(f"drop table {shared}")
             forget_staged(con, shared)
